@@ -1,0 +1,41 @@
+"""Demo jobs that `make run` loads (JOBS_MODULES=demo.jobs): one of each shape."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from jobs import job
+from jobs.context import JobContext
+
+log = logging.getLogger(__name__)
+
+
+@job("demo.quick", every="10s", start_deadline=60)
+def quick(ctx: JobContext) -> dict[str, object]:
+    """Finishes at once: the heartbeat of the demo."""
+    return {"slot": ctx.scheduled_for.isoformat(), "token": ctx.fencing_token}
+
+
+@job("demo.slow", every="1m", lease_ttl=15)
+def slow(ctx: JobContext, seconds: float = 20.0) -> str:
+    """Works for a while, checking ctx.stopping so it can hand over cleanly."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.stopping.wait(0.5):
+            return "stopped early"
+    return f"worked {seconds:.0f}s"
+
+
+@job("demo.failing", every="30s")
+def failing(ctx: JobContext) -> None:
+    """Always raises, so the admin shows what a failure looks like."""
+    raise RuntimeError(f"demo failure for slot {ctx.scheduled_for.isoformat()}")
+
+
+@job("demo.poller", continuous=True, lease_ttl=9)
+def poller(ctx: JobContext) -> None:
+    """A continuous job: polls until asked to stop."""
+    while not ctx.stopping.wait(random.uniform(1.0, 2.0)):
+        log.info("demo poller checked for work", extra={"job": ctx.job_name})

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models.signals import post_migrate
+from django.utils.module_loading import autodiscover_modules
+
+
+class JobsConfig(AppConfig):
+    name = "jobs"
+    verbose_name = "Jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from jobs.conf import get_conf
+
+        conf = get_conf()  # validates the JOBS_* settings now, not at first use
+        # Every installed app's `jobs` module registers its job functions (ours has none).
+        autodiscover_modules("jobs")
+        for module in conf.modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ImproperlyConfigured(
+                    f"JOBS_MODULES names {module!r}, which cannot be imported: {exc}"
+                ) from exc
+        from jobs import checks  # noqa: F401  (registers system checks)
+
+        post_migrate.connect(_sync_after_migrate, sender=self)
+
+
+def _sync_after_migrate(**_kwargs: Any) -> None:
+    from jobs.sync import sync_declared_jobs
+
+    sync_declared_jobs()

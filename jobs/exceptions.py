@@ -1,0 +1,23 @@
+"""One exception hierarchy for the app; the edges (admin, CLI, API) turn these into messages."""
+
+from __future__ import annotations
+
+
+class JobsError(Exception):
+    """Base class of every error this app raises on purpose."""
+
+
+class UnknownJobFunction(JobsError):
+    """A job names a function that no module registered with ``@job``."""
+
+
+class RegistryConflict(JobsError):
+    """Two functions were registered under one name."""
+
+
+class JobNotFound(JobsError):
+    """No job row with the given name."""
+
+
+class LeaseLost(JobsError):
+    """The caller's lease lapsed or was taken over: its fenced write must not happen."""

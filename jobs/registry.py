@@ -1,0 +1,154 @@
+"""The registry of job functions: ``@job("name")`` makes a function schedulable.
+
+Only registered names can be scheduled (the admin, CLI and API offer nothing else), so no form
+ever accepts an arbitrary import path. Each registered job is also a Celery task of the same
+name, which is what Flower shows.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from celery import shared_task
+
+from jobs.exceptions import RegistryConflict, UnknownJobFunction
+from jobs.schedules import Cron, Every, Schedule, parse_interval
+
+JobFunction = Callable[..., Any]
+F = TypeVar("F", bound=JobFunction)
+
+# Policy names a decorator may set, each a Job model field; validated by the model on sync.
+POLICY_FIELDS = frozenset(
+    {
+        "overlap",
+        "start_deadline",
+        "catch_up",
+        "on_lost",
+        "max_retries",
+        "retry_backoff",
+        "soft_time_limit",
+        "time_limit",
+        "lease_ttl",
+        "queue",
+        "priority",
+    }
+)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A registered job function and what its declaration says about it."""
+
+    name: str
+    func: JobFunction
+    schedule: Schedule | None = None
+    continuous: bool = False
+    policies: dict[str, Any] = field(default_factory=dict)
+    lock_key: str | Callable[..., str] | None = None
+
+    @property
+    def declares_job(self) -> bool:
+        """Whether a Job row should exist for this function without anyone adding it."""
+        return self.schedule is not None or self.continuous
+
+    @property
+    def summary(self) -> str:
+        doc = inspect.getdoc(self.func) or ""
+        return doc.splitlines()[0] if doc else ""
+
+
+_REGISTRY: dict[str, JobSpec] = {}
+
+
+def job(
+    name: str,
+    *,
+    every: str | int | timedelta | None = None,
+    cron: str | None = None,
+    tz: str = "UTC",
+    continuous: bool = False,
+    lock_key: str | Callable[..., str] | None = None,
+    **policies: Any,
+) -> Callable[[F], F]:
+    """Register ``func(ctx, *args, **kwargs)`` as the job function ``name``.
+
+    With ``every=`` or ``cron=`` (or ``continuous=True``) a job of the same name is created in the
+    database on migrate; an operator may pause it or override its schedule in the admin.
+    """
+    unknown = set(policies) - POLICY_FIELDS
+    if unknown:
+        raise TypeError(f"@job({name!r}): unknown option(s) {sorted(unknown)}")
+    if sum(x is not None for x in (every, cron)) + continuous > 1:
+        raise TypeError(f"@job({name!r}): give at most one of every=, cron=, continuous=True")
+    schedule: Schedule | None = None
+    if every is not None:
+        schedule = parse_interval(every)
+    elif cron is not None:
+        schedule = Cron(expr=cron, tz=tz)
+
+    def register(func: F) -> F:
+        params = list(inspect.signature(func).parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise TypeError(f"@job({name!r}): {func.__qualname__} must take ctx as first argument")
+        spec = JobSpec(
+            name=name,
+            func=func,
+            schedule=schedule,
+            continuous=continuous,
+            policies=dict(policies),
+            lock_key=lock_key,
+        )
+        existing = _REGISTRY.get(name)
+        if existing is not None and _qualified(existing.func) != _qualified(func):
+            raise RegistryConflict(
+                f"job name {name!r} is registered twice: {_qualified(existing.func)} "
+                f"and {_qualified(func)}"
+            )
+        _REGISTRY[name] = spec
+        _register_celery_task(name)
+        return func
+
+    return register
+
+
+def get(name: str) -> JobSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownJobFunction(
+            f"{name!r} is not a registered job function; known: {', '.join(names()) or 'none'}"
+        ) from None
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def specs() -> list[JobSpec]:
+    return [_REGISTRY[name] for name in names()]
+
+
+def is_registered(name: str) -> bool:
+    return name in _REGISTRY
+
+
+def _qualified(func: JobFunction) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def _register_celery_task(name: str) -> None:
+    def run_job(self: Any, run_id: int, **_message_meta: Any) -> None:
+        # Imported here: the runner needs the ORM, which is not ready while job modules import.
+        from jobs.runner import execute_run
+
+        execute_run(run_id, task_id=self.request.id or "", node=self.request.hostname or "")
+
+    run_job.__name__ = run_job.__qualname__ = name.replace(".", "_")
+    shared_task(name=name, bind=True)(run_job)

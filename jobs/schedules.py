@@ -1,0 +1,152 @@
+"""Schedule values and the parsing/validation of what people type for them.
+
+A schedule is a small frozen value: ``Every`` (an anchored interval), ``Cron`` (a five-field cron
+expression in a time zone) or ``At`` (one instant). Parsing errors are ``ValueError`` with a
+message meant for a human; the edges attach it to the field that was typed.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from cron_descriptor import get_description
+from croniter import croniter
+
+_DURATION_PART = re.compile(r"(\d+)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class Every:
+    """Every ``seconds``, on slots anchored at ``anchor`` (the Unix epoch when unset)."""
+
+    seconds: int
+    anchor: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.seconds < 1:
+            raise ValueError("the interval must be at least 1 second")
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A five-field cron expression evaluated in the IANA time zone ``tz``."""
+
+    expr: str
+    tz: str = "UTC"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expr", validate_cron(self.expr))
+        validate_timezone(self.tz)
+
+    @property
+    def fields(self) -> list[str]:
+        return self.expr.split()
+
+
+@dataclass(frozen=True)
+class At:
+    """Once, at ``when`` (timezone-aware)."""
+
+    when: datetime
+
+    def __post_init__(self) -> None:
+        if self.when.tzinfo is None:
+            raise ValueError("the time must include a time zone offset, e.g. 2030-01-01T09:00Z")
+
+
+Schedule = Every | Cron | At
+
+
+def parse_duration(text: str | int | float | timedelta) -> timedelta:
+    """``"90s"``, ``"5m"``, ``"1h30m"``, ``"2d"`` or a plain number of seconds."""
+    if isinstance(text, timedelta):
+        return text
+    if isinstance(text, int | float):
+        return timedelta(seconds=text)
+    raw = text.strip()
+    if re.fullmatch(r"-?\d+(\.\d+)?", raw):
+        return timedelta(seconds=float(raw))
+    total = 0.0
+    position = 0
+    for match in _DURATION_PART.finditer(raw):
+        if raw[position : match.start()].strip():
+            break
+        amount, unit = int(match.group(1)), match.group(2).lower()
+        total += amount / 1000 if unit == "ms" else amount * _UNIT_SECONDS[unit]
+        position = match.end()
+    if position == 0 or raw[position:].strip():
+        raise ValueError(f"{text!r} is not a duration: use e.g. 30s, 5m, 1h30m or 2d")
+    return timedelta(seconds=total)
+
+
+def parse_interval(text: str | int | float | timedelta) -> Every:
+    """A positive whole number of seconds, e.g. ``"10s"``."""
+    delta = parse_duration(text)
+    seconds = delta.total_seconds()
+    if seconds <= 0:
+        raise ValueError(f"{text!r}: the interval must be positive")
+    if seconds != int(seconds):
+        raise ValueError(f"{text!r}: the interval must be a whole number of seconds")
+    return Every(seconds=int(seconds))
+
+
+def validate_cron(expr: str) -> str:
+    normalized = " ".join(expr.split())
+    if len(normalized.split()) != 5:
+        raise ValueError(
+            f"{expr!r} is not a cron expression: give five fields "
+            "(minute hour day-of-month month day-of-week), e.g. '30 2 * * *'"
+        )
+    if not croniter.is_valid(normalized):
+        raise ValueError(f"{expr!r} is not a valid cron expression")
+    return normalized
+
+
+def validate_timezone(name: str) -> zoneinfo.ZoneInfo:
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name!r} is not a known time zone, e.g. Europe/Paris or UTC") from None
+
+
+def parse_instant(text: str) -> At:
+    """An ISO 8601 instant; a naive one is read as UTC."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 time, e.g. 2030-01-01T09:00:00Z") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return At(when=when)
+
+
+def describe(schedule: Schedule | None) -> str:
+    """The schedule in words, for the admin and the CLI."""
+    if schedule is None:
+        return "continuous"
+    if isinstance(schedule, Every):
+        return f"every {_describe_seconds(schedule.seconds)}"
+    if isinstance(schedule, Cron):
+        words = get_description(schedule.expr)
+        return f"{words} ({schedule.tz})"
+    return f"once at {schedule.when.astimezone(UTC).isoformat()}"
+
+
+def format_duration(seconds: int) -> str:
+    """The inverse of ``parse_duration`` for whole seconds: 90 → ``"90s"``, 3600 → ``"1h"``."""
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _describe_seconds(seconds: int) -> str:
+    for unit, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return unit if count == 1 else f"{count} {unit}s"
+    return "second" if seconds == 1 else f"{seconds} seconds"

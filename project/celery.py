@@ -1,0 +1,14 @@
+"""The Celery application. ``celery -A project worker`` and ``celery -A project beat`` use it."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+app = Celery("project")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+# Job modules are imported by JobsConfig.ready(); each registered job is a shared task.
+app.autodiscover_tasks()

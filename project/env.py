@@ -1,0 +1,72 @@
+"""Read the process environment once, validating each variable with a message that names it.
+
+Settings import this module; nothing else reads ``os.environ`` for configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class Env:
+    """A read-only view of the environment with typed, validated accessors."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = dict(os.environ if environ is None else environ)
+
+    def str(self, name: str, default: str | None = None) -> str | None:
+        value = self._environ.get(name)
+        return default if value is None or value == "" else value
+
+    def required(self, name: str, hint: str) -> str:
+        value = self.str(name)
+        if value is None:
+            raise ImproperlyConfigured(f"{name} is not set: {hint}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        raw = self._environ.get(name)
+        if raw is None:
+            return default
+        lowered = raw.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use one of 1/0, true/false.")
+
+    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
+        raw = self._environ.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}={raw!r} is not an integer.") from None
+        if minimum is not None and value < minimum:
+            raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}.")
+        return value
+
+    def float(self, name: str, default: float, *, minimum: float | None = None) -> float:
+        raw = self._environ.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+        if minimum is not None and value < minimum:
+            raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}.")
+        return value
+
+    def list(self, name: str, default: list[str] | None = None) -> list[str]:
+        raw = self._environ.get(name)
+        if raw is None:
+            return list(default or [])
+        return [item.strip() for item in raw.split(",") if item.strip()]

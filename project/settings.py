@@ -1,0 +1,158 @@
+"""Django settings, 12-factor: everything that differs between deployments comes from the
+environment (see ``project/env.py`` and the configuration table in the README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from project.env import Env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = Env()
+
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+
+# A missing secret in production is an error; in debug mode a fixed, obviously-dev key is fine
+# because sessions signed with it are worthless outside this machine.
+_secret = env.str("DJANGO_SECRET_KEY")
+if _secret is None:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set: set it to a long random string "
+            "(or set DJANGO_DEBUG=1 for local development)."
+        )
+    _secret = "dev-only-insecure-key-never-use-in-production-0123456789abcdef"
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env.list(
+    "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
+)
+if not DEBUG and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "DJANGO_ALLOWED_HOSTS is not set: give a comma-separated list of host names."
+    )
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = env.required(
+    "DATABASE_URL",
+    "e.g. postgresql://user@127.0.0.1:5432/jobs. `make run` and `make test` start an embedded "
+    "PostgreSQL and set it for you when it is unset.",
+)
+try:
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+except Exception as exc:  # dj-database-url raises bare ValueError/KeyError on bad schemes
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# --- Celery (namespace CELERY_) -------------------------------------------------------------
+CELERY_BROKER_URL = env.required(
+    "CELERY_BROKER_URL",
+    "e.g. redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//. `make run` and "
+    "`make test` start an embedded Redis and set it for you when it is unset.",
+)
+# Run records live in the database; Celery's result backend would only duplicate them.
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+# A worker takes one message at a time and acknowledges it after the run ends, so a crashed
+# worker's message is redelivered (and then found already claimed: a recorded no-op).
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+# Events let Flower show every job under its own task name.
+CELERY_WORKER_SEND_TASK_EVENTS = True
+CELERY_TASK_SEND_SENT_EVENT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_BEAT_SCHEDULER = "jobs.beat:ClusterScheduler"
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Longer than any sane job, so Redis redelivery is a crash-recovery path, not a normal one.
+    "visibility_timeout": env.int("JOBS_VISIBILITY_TIMEOUT", default=3600, minimum=1),
+}
+
+# --- Jobs app ------------------------------------------------------------------------------
+JOBS_MODULES = env.list("JOBS_MODULES")
+# How long beat may sleep between looks at the job table; an edit is picked up within this.
+JOBS_BEAT_MAX_INTERVAL = env.float("JOBS_BEAT_MAX_INTERVAL", default=1.0, minimum=0.05)
+
+# --- Production hardening (checked by `manage.py check --deploy`) --------------------------
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
+
+LOG_LEVEL = env.str("DJANGO_LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
