@@ -1,0 +1,48 @@
+# The two commands a newcomer needs: `make run` (the platform) and `make test` (the suite).
+# Both set up everything on a fresh machine: virtualenv, pinned packages, and embedded
+# PostgreSQL/Redis when DATABASE_URL / CELERY_BROKER_URL are unset.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: run test manage lint format typecheck migrations-check ci lock clean
+
+$(INSTALLED): requirements/dev.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: $(INSTALLED)
+	$(BIN)/python -m devtools run
+
+test: $(INSTALLED)
+	$(BIN)/python -m devtools test $(PYTEST_ARGS)
+
+manage: $(INSTALLED)
+	$(BIN)/python -m devtools manage $(ARGS)
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(INSTALLED)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: $(INSTALLED)
+	$(BIN)/python -m devtools manage check
+	DJANGO_DEBUG=1 DATABASE_URL=postgresql://unused@localhost/unused CELERY_BROKER_URL=redis://localhost/0 $(BIN)/mypy .
+
+migrations-check: $(INSTALLED)
+	$(BIN)/python -m devtools manage makemigrations --check --dry-run
+
+lock: $(INSTALLED)
+	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links -o requirements/base.txt pyproject.toml
+	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra dev -o requirements/dev.txt pyproject.toml
+
+clean:
+	rm -rf .dev .pytest_cache .mypy_cache .ruff_cache

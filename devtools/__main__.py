@@ -1,0 +1,80 @@
+"""``python -m devtools run|test|manage``: what the Makefile's run and test targets call.
+
+Every subcommand first makes sure a database and a broker exist: those named by
+``DATABASE_URL`` / ``CELERY_BROKER_URL``, or embedded ones started under ``.dev/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from devtools.processes import Command, ProcessGroup
+from devtools.services import ROOT, embedded_services
+
+PYTHON = sys.executable
+MANAGE = [PYTHON, str(ROOT / "manage.py")]
+CELERY = [PYTHON, "-m", "celery", "-A", "project"]
+DEMO_MODULE = "demo.jobs"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("run", help="the whole platform in the foreground (Ctrl-C stops it)")
+    test = verbs.add_parser("test", help="the test suite")
+    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    manage = verbs.add_parser("manage", help="a manage.py command against the dev services")
+    manage.add_argument("manage_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, format="devtools | %(message)s")
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    env = dict(os.environ)
+    with embedded_services(env) as urls:
+        env.update(urls.as_env())
+        env.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        if args.verb == "run":
+            return run_platform(env)
+        if args.verb == "test":
+            return subprocess.call([PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT)
+        env.setdefault("DJANGO_DEBUG", "1")
+        return subprocess.call([*MANAGE, *args.manage_args], env=env, cwd=ROOT)
+
+
+def run_platform(env: dict[str, str]) -> int:
+    env.setdefault("DJANGO_DEBUG", "1")
+    modules = [m for m in env.get("JOBS_MODULES", "").split(",") if m.strip()]
+    if DEMO_MODULE not in modules:
+        env["JOBS_MODULES"] = ",".join([*modules, DEMO_MODULE])
+    if not env.get("FLOWER_BASIC_AUTH"):
+        env["FLOWER_BASIC_AUTH"] = f"admin:{secrets.token_urlsafe(12)}"
+        print(f"Flower login (generated for this run): {env['FLOWER_BASIC_AUTH']}")
+    web_port = env.get("WEB_PORT", "8000")
+    flower_port = env.get("FLOWER_PORT", "5555")
+
+    subprocess.run([*MANAGE, "migrate", "--noinput", "-v", "1"], env=env, cwd=ROOT, check=True)
+    subprocess.run([PYTHON, "-m", "devtools.dev_admin"], env=env, cwd=ROOT, check=True)
+
+    group = ProcessGroup(env)
+    group.start(Command("web", [*MANAGE, "runserver", f"127.0.0.1:{web_port}", "--noreload"]))
+    for n in (1, 2):
+        group.start(Command(f"beat-{n}", [*CELERY, "beat", "-l", "info"]))
+    for n in (1, 2):
+        worker = [*CELERY, "worker", "-n", f"worker{n}@%h", "-c", "2", "-l", "info", "-E"]
+        group.start(Command(f"worker-{n}", worker))
+    flower = [*CELERY, "flower", f"--port={flower_port}", "--address=127.0.0.1"]
+    group.start(Command("flower", flower))
+    group.say("devtools", f"admin:  http://127.0.0.1:{web_port}/admin/")
+    group.say("devtools", f"flower: http://127.0.0.1:{flower_port}/  (Ctrl-C stops everything)")
+    return group.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

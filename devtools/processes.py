@@ -1,0 +1,100 @@
+"""Run several long-lived processes in the foreground with prefixed output, and stop them all.
+
+Each child gets its own process group, so stopping it also stops what it forked (a Celery
+worker's pool). Ctrl-C, SIGTERM, or any child exiting stops the whole group; nothing is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+COLOURS = ["36", "33", "35", "32", "34", "31", "96", "93"]
+STOP_GRACE_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    argv: Sequence[str]
+
+
+class ProcessGroup:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = dict(env)
+        self._children: list[tuple[Command, subprocess.Popen[bytes]]] = []
+        self._width = 8
+        self._print_lock = threading.Lock()
+        self._exited = threading.Event()
+
+    def start(self, command: Command) -> None:
+        self._width = max(self._width, len(command.name))
+        process = subprocess.Popen(
+            list(command.argv),
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        colour = COLOURS[len(self._children) % len(COLOURS)]
+        self._children.append((command, process))
+        threading.Thread(
+            target=self._pump, args=(command.name, colour, process), daemon=True
+        ).start()
+
+    def wait(self) -> int:
+        """Block until Ctrl-C, SIGTERM or a child exits; then stop everything."""
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.is_set() and not self._exited.is_set():
+                stop.wait(0.2)
+        except KeyboardInterrupt:
+            pass
+        failed = [(c.name, p.returncode) for c, p in self._children if p.poll() not in (None, 0)]
+        for name, code in failed:
+            self.say("devtools", f"{name} exited with code {code}; stopping everything")
+        self.stop_all()
+        return 1 if failed else 0
+
+    def stop_all(self) -> None:
+        for _, process in self._children:
+            _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for command, process in self._children:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.say("devtools", f"{command.name} did not stop in time; killing it")
+            # Reap anything the child left behind in its group (pool processes), too.
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+
+    def say(self, name: str, line: str, colour: str = "1") -> None:
+        prefix = f"\x1b[{colour}m{name:<{self._width}}|\x1b[0m " if sys.stdout.isatty() else (
+            f"{name:<{self._width}}| "
+        )
+        with self._print_lock:
+            sys.stdout.write(prefix + line + "\n")
+            sys.stdout.flush()
+
+    def _pump(self, name: str, colour: str, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            self.say(name, raw.decode(errors="replace").rstrip(), colour)
+        process.wait()
+        self._exited.set()
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
