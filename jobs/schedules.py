@@ -70,6 +70,9 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     raw = text.strip()
     if re.fullmatch(r"-?\d+(\.\d+)?", raw):
         return timedelta(seconds=float(raw))
+    if raw.startswith("-"):
+        # Parsed so that the caller can say "must be positive" rather than "not a duration".
+        return -parse_duration(raw[1:])
     total = 0.0
     position = 0
     for match in _DURATION_PART.finditer(raw):

@@ -1,0 +1,332 @@
+"""The admin: each job on one page (function, schedule, arguments, policies) with its recent
+runs; run history, leases and nodes read-only, because only the cluster writes them.
+
+django-celery-beat's own pages are removed: its rows carry job schedules and are written only
+through the job page (``jobs.forms.JobForm`` → ``jobs.services`` → ``jobs.beat_link``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_celery_beat.admin  # noqa: F401  (its registrations must exist before we undo them)
+from django.contrib import admin, messages
+from django.contrib.admin.utils import model_ngettext
+from django.db.models import BooleanField, CharField, ExpressionWrapper, OuterRef, Q, QuerySet
+from django.db.models import Subquery, Value
+from django.db.models.functions import Concat, Now
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django_celery_beat.models import (
+    ClockedSchedule,
+    CrontabSchedule,
+    IntervalSchedule,
+    PeriodicTask,
+    SolarSchedule,
+)
+
+from jobs import beat_link, services
+from jobs.forms import POLICY_FIELD_ORDER, JobForm
+from jobs.models import Job, JobRun, Lease, Node, RunStatus
+from jobs.schedules import describe
+
+for _beat_model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule, ClockedSchedule):
+    admin.site.unregister(_beat_model)
+
+RECENT_RUNS = 20
+
+_STATUS_COLOURS = {
+    RunStatus.SCHEDULED: "#777",
+    RunStatus.RUNNING: "#1565c0",
+    RunStatus.SUCCEEDED: "#2e7d32",
+    RunStatus.FAILED: "#c62828",
+    RunStatus.LOST: "#c62828",
+    RunStatus.MISSED: "#ef6c00",
+    RunStatus.SKIPPED: "#ef6c00",
+    RunStatus.CANCELLED: "#777",
+}
+
+
+def status_badge(status: str | None) -> SafeString | str:
+    if not status:
+        return "-"
+    colour = _STATUS_COLOURS.get(RunStatus(status), "inherit")
+    return format_html('<strong style="color: {}">{}</strong>', colour, status)
+
+
+def _seconds(value: float | None) -> str | None:
+    return None if value is None else f"{value:.2f} s"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the cluster writes; people only look at them."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class RecentRunsFormSet(BaseInlineFormSet):
+    def get_queryset(self) -> QuerySet[JobRun]:
+        # Only the newest runs: a job's history may hold millions of rows. Cached, because
+        # every slice of an unevaluated queryset would be its own query.
+        if not hasattr(self, "_recent"):
+            self._recent = super().get_queryset()[:RECENT_RUNS]
+        return self._recent
+
+
+class RecentRunsInline(admin.TabularInline):
+    model = JobRun
+    formset = RecentRunsFormSet
+    verbose_name_plural = f"recent runs (last {RECENT_RUNS})"
+    fields = ["scheduled_for", "status_badge", "trigger", "attempt", "node", "started_at", "error"]
+    readonly_fields = fields
+    show_change_link = True
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="status")
+    def status_badge(self, run: JobRun) -> SafeString | str:
+        return status_badge(run.status)
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    form = JobForm
+    list_display = [
+        "name",
+        "task",
+        "schedule",
+        "enabled",
+        "last_run_status",
+        "last_run_at",
+        "lease",
+    ]
+    list_filter = ["enabled", "kind", "task"]
+    search_fields = ["name", "task"]
+    actions = ["run_now", "pause", "resume", "release_lease"]
+    readonly_fields = ["schedule", "managed_by_code", "created_at", "updated_at"]
+    inlines = [RecentRunsInline]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        fieldsets: list[tuple[str | None, dict[str, Any]]] = [
+            (None, {"fields": ["name", "task", "enabled"]}),
+            ("Schedule", {"fields": ["schedule_type", "every", "cron", "timezone", "run_at"]}),
+            ("Arguments", {"fields": ["args", "kwargs"]}),
+            ("Policies", {"classes": ["collapse"], "fields": list(POLICY_FIELD_ORDER)}),
+        ]
+        if obj is not None:
+            fieldsets.append(("Record", {"fields": self.readonly_fields}))
+        return fieldsets
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        """Jobs with their beat entry, last run and live lease in one query."""
+        runs = JobRun.objects.filter(job=OuterRef("pk")).order_by("-scheduled_for", "-id")
+        # Mirrors Job.lock_key, so the lease lookup stays inside this one query.
+        leases = Lease.objects.filter(
+            key=Concat(Value("job:"), OuterRef("name"), output_field=CharField()),
+            expires_at__gt=Now(),
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .select_related(
+                "periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked"
+            )
+            .annotate(
+                last_run_status=Subquery(runs.values("status")[:1]),
+                last_run_at=Subquery(runs.values("scheduled_for")[:1]),
+                lease_holder=Subquery(leases.values("holder")[:1]),
+                lease_token=Subquery(leases.values("token")[:1]),
+            )
+        )
+
+    def get_inline_instances(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        # The runs are display-only, and the form has already saved the job through services
+        # by the time inline formsets would be validated: with no inline on POST, nothing can
+        # reject the request after the job was written.
+        if obj is None or request.method == "POST":
+            return []
+        return super().get_inline_instances(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Job, form: Any, change: bool) -> None:
+        """Nothing to write: validating ``JobForm`` saved the job through ``jobs.services``."""
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        services.remove(obj.name)  # also deletes the beat entry, which the cascade would not
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        for job in queryset:
+            services.remove(job.name)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        # Runs are history owned by their job: deleting a job deletes them without asking for
+        # a run permission nobody has, and the page counts them instead of listing millions.
+        jobs = list(objs)
+        run_count = JobRun.objects.filter(job__in=jobs).count()
+        summary = {
+            Job._meta.verbose_name_plural: len(jobs),
+            JobRun._meta.verbose_name_plural: run_count,
+        }
+        perms_needed = set() if self.has_delete_permission(request) else {"job"}
+        return [str(job) for job in jobs], summary, perms_needed, []
+
+    @admin.display(description="schedule")
+    def schedule(self, job: Job) -> str:
+        try:
+            return describe(beat_link.schedule_of(job.periodic_task))
+        except ValueError as exc:
+            return f"unreadable schedule: {exc}"
+
+    @admin.display(description="last run", ordering="last_run_status")
+    def last_run_status(self, job: Job) -> SafeString | str:
+        return status_badge(getattr(job, "last_run_status", None))
+
+    @admin.display(description="last slot", ordering="last_run_at")
+    def last_run_at(self, job: Job) -> Any:
+        return getattr(job, "last_run_at", None)
+
+    @admin.display(description="lease (holder #token)")
+    def lease(self, job: Job) -> str | None:
+        holder = getattr(job, "lease_holder", None)
+        return None if holder is None else f"{holder} #{getattr(job, 'lease_token', '')}"
+
+    @admin.action(description="Run now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        runs = [services.run_now(job.name) for job in queryset]
+        ids = ", ".join(f"#{run.pk}" for run in runs)
+        self.message_user(request, f"Triggered {len(runs)} run(s): {ids}.", messages.SUCCESS)
+
+    @admin.action(description="Pause", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._set_enabled(request, queryset, enabled=False)
+
+    @admin.action(description="Resume", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._set_enabled(request, queryset, enabled=True)
+
+    def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Job], *, enabled: bool) -> None:
+        jobs = list(queryset)
+        for job in jobs:
+            services.set_enabled(job, enabled)
+        verb = "Resumed" if enabled else "Paused"
+        noun = model_ngettext(self.opts, len(jobs))
+        self.message_user(request, f"{verb} {len(jobs)} {noun}.", messages.SUCCESS)
+
+    @admin.action(description="Release lease", permissions=["change"])
+    def release_lease(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        jobs = list(queryset)
+        released = sum(services.release_lease(job.name) for job in jobs)
+        self.message_user(
+            request,
+            f"Released {released} lease(s); {len(jobs) - released} job(s) held none. "
+            "A released holder stays fenced out: the next run gets a higher token.",
+            messages.SUCCESS,
+        )
+
+
+@admin.register(JobRun)
+class JobRunAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "job_link",
+        "scheduled_for",
+        "status_badge",
+        "trigger",
+        "attempt",
+        "fencing_token",
+        "node",
+        "lag",
+        "duration",
+    ]
+    list_filter = ["job", "status", "trigger", "node", "scheduled_for"]
+    list_select_related = ["job"]
+    search_fields = ["job__name", "node", "task_id"]
+    # Counting a table of millions of runs twice per page is the slow part of the list.
+    show_full_result_count = False
+    readonly_fields = ["job_link", "status_badge", "lag", "duration", "traceback_block"]
+    fieldsets = [
+        (None, {"fields": ["job_link", "scheduled_for", "status_badge", "trigger", "attempt"]}),
+        (
+            "Execution",
+            {
+                "fields": [
+                    "node",
+                    "pid",
+                    "task_id",
+                    "lease_key",
+                    "fencing_token",
+                    "created_at",
+                    "started_at",
+                    "finished_at",
+                    "lag",
+                    "duration",
+                    "duplicate_deliveries",
+                    "result",
+                ]
+            },
+        ),
+        ("Error", {"fields": ["error", "traceback_block"]}),
+    ]
+
+    @admin.display(description="job", ordering="job__name")
+    def job_link(self, run: JobRun) -> SafeString:
+        url = reverse("admin:jobs_job_change", args=[run.job_id])
+        return format_html('<a href="{}">{}</a>', url, run.job.name)
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, run: JobRun) -> SafeString | str:
+        return status_badge(run.status)
+
+    @admin.display(description="lag (start − slot)")
+    def lag(self, run: JobRun) -> str | None:
+        return _seconds(run.lag)
+
+    @admin.display(description="duration")
+    def duration(self, run: JobRun) -> str | None:
+        return _seconds(run.duration)
+
+    @admin.display(description="traceback")
+    def traceback_block(self, run: JobRun) -> SafeString | str:
+        if not run.traceback:
+            return "-"
+        return format_html('<pre style="white-space: pre-wrap">{}</pre>', run.traceback)
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = ["key", "holder", "token", "acquired_at", "expires_at", "valid"]
+    search_fields = ["key", "holder"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Lease]:
+        # Validity by the database clock, the only clock leases are judged by.
+        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
+        return super().get_queryset(request).annotate(is_live=live)
+
+    @admin.display(description="valid", boolean=True, ordering="is_live")
+    def valid(self, lease: Lease) -> bool:
+        return bool(getattr(lease, "is_live", False))
+
+
+@admin.register(Node)
+class NodeAdmin(ReadOnlyAdmin):
+    list_display = ["name", "host", "pid", "state", "last_heartbeat", "started_at"]
+    list_filter = ["state"]
+    search_fields = ["name", "host"]

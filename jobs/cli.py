@@ -1,0 +1,293 @@
+"""Helpers of ``manage.py jobs``: value parsing, one-line errors, records and tables.
+
+Every error the CLI reports is one line, ``jobs VERB: error: FLAG: what is wrong``, and carries
+its exit status: ``USAGE`` (2) for bad flags, bad values and jobs the services reject,
+``NOT_FOUND`` (1) for names that do not exist. Django's parser prints its usage before an error
+and says "CommandError:" in front of it; scripts and people want the one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn, TypeVar
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import CommandError, CommandParser
+
+from jobs import beat_link
+from jobs.models import Job, JobRun, Lease, Node
+from jobs.registry import POLICY_FIELDS, JobSpec
+from jobs.schedules import describe, parse_duration, parse_instant, validate_cron, validate_timezone
+
+USAGE = 2
+NOT_FOUND = 1
+
+# Policy fields in the model's order, so flags, records and help read the same way everywhere.
+POLICIES: tuple[str, ...] = tuple(f.name for f in Job._meta.fields if f.name in POLICY_FIELDS)
+
+
+def policy_flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+# Which flag of `jobs add` supplied each field, to name it when the services reject a value.
+FIELD_FLAGS: dict[str, str] = {
+    "name": "NAME",
+    "task": "--task",
+    "enabled": "--paused",
+    "args": "--args",
+    "kwargs": "--kwargs",
+    **{field: policy_flag(field) for field in POLICIES},
+}
+
+RUN_FIELDS = (
+    "id",
+    "job",
+    "scheduled_for",
+    "status",
+    "trigger",
+    "attempt",
+    "fencing_token",
+    "node",
+    "pid",
+    "started_at",
+    "finished_at",
+    "error",
+)
+LEASE_FIELDS = ("key", "holder", "token", "acquired_at", "expires_at")
+NODE_FIELDS = (
+    "name",
+    "host",
+    "pid",
+    "queues",
+    "concurrency",
+    "version",
+    "state",
+    "started_at",
+    "last_heartbeat",
+)
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+class CliError(CommandError):
+    """An error for one line of stderr, ``jobs VERB: error: DETAIL``, with its exit status."""
+
+    def __init__(self, verb: str | None, detail: str, *, returncode: int = USAGE) -> None:
+        prefix = f"jobs {verb}" if verb else "jobs"
+        # Messages from validators or JSON may span lines; the contract is one line.
+        super().__init__(f"{prefix}: error: {' '.join(detail.split())}", returncode=returncode)
+
+
+class CliParser(CommandParser):
+    """The parser of ``jobs`` and of each verb: errors become a ``CliError`` (never usage text
+    and ``SystemExit``), whether called from a shell or through ``call_command``."""
+
+    verb: str | None = None
+
+    def __init__(self, *, verb: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.verb = verb
+        # argparse takes "-5s" for an unknown flag, so `--every -5s` would fail with "expected
+        # one argument"; read anything that starts like a negative number as a value, and let
+        # the value's own check say what is wrong with it. No flag of ours looks like that.
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # A verb's parser is run with parse_known_args; left alone, its unknown flags would be
+        # reported by the top-level parser, which does not know which verb they were given to.
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(self.verb, message.removeprefix("argument "))
+
+
+def validation_detail(exc: ValidationError, flags: Mapping[str, str] = FIELD_FLAGS) -> str:
+    """A services ``ValidationError`` as ``FLAG: message; FLAG: message``."""
+    if not hasattr(exc, "error_dict"):
+        return " ".join(exc.messages)
+    parts = []
+    for field, messages in exc.message_dict.items():
+        text = " ".join(messages)
+        parts.append(f"{flags[field]}: {text}" if field in flags else text)
+    return "; ".join(parts)
+
+
+# --- argument types -------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """Make ``parse``'s ``ValueError`` message the argparse error (argparse would otherwise
+    replace it with "invalid <function name> value")."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _signed_duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError:
+        # parse_duration reads "-5s" as no duration at all; the real problem is the sign.
+        if text.strip().startswith("-"):
+            with suppress(ValueError):
+                return -parse_duration(text.strip()[1:])
+        raise
+
+
+def whole_seconds(text: str, what: str = "the duration") -> int:
+    """``"90s"``, ``"5m"``, ``"1h30m"`` or ``"30"`` as a positive whole number of seconds."""
+    seconds = _signed_duration(text).total_seconds()
+    if seconds <= 0:
+        raise ValueError(f"{text!r}: {what} must be positive")
+    if seconds != int(seconds):
+        raise ValueError(f"{text!r}: {what} must be a whole number of seconds")
+    return int(seconds)
+
+
+@argument_type
+def duration(text: str) -> int:
+    return whole_seconds(text)
+
+
+@argument_type
+def interval(text: str) -> int:
+    return whole_seconds(text, "the interval")
+
+
+@argument_type
+def cron(text: str) -> str:
+    return validate_cron(text)
+
+
+@argument_type
+def timezone_name(text: str) -> str:
+    validate_timezone(text)
+    return text
+
+
+@argument_type
+def instant(text: str) -> datetime:
+    return parse_instant(text).when
+
+
+@argument_type
+def json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{text!r} is not valid JSON: {exc}") from None
+
+
+@argument_type
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"{text!r}: must be at least 1")
+    return value
+
+
+# --- records (the --json output) ------------------------------------------------------------
+
+
+def jsonable(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def job_schedule(job: Job) -> str:
+    return describe(beat_link.schedule_of(job.periodic_task))
+
+
+def job_record(job: Job) -> dict[str, object]:
+    """Expects ``periodic_task`` and its schedules selected with the job."""
+    values: dict[str, object] = {
+        "name": job.name,
+        "task": job.task,
+        "kind": job.kind,
+        "enabled": job.enabled,
+        "schedule": job_schedule(job),
+    }
+    values.update((field, getattr(job, field)) for field in POLICIES)
+    values.update(args=job.args, kwargs=job.kwargs)
+    return values
+
+
+def run_record(run: JobRun) -> dict[str, object]:
+    """Expects ``job`` selected with the run."""
+    values = {field: jsonable(getattr(run, field)) for field in RUN_FIELDS}
+    values["job"] = run.job.name
+    return values
+
+
+def lease_record(lease: Lease) -> dict[str, object]:
+    return {field: jsonable(getattr(lease, field)) for field in LEASE_FIELDS}
+
+
+def node_record(node: Node) -> dict[str, object]:
+    return {field: jsonable(getattr(node, field)) for field in NODE_FIELDS}
+
+
+def task_record(spec: JobSpec) -> dict[str, object]:
+    schedule = describe(spec.schedule) if spec.declares_job else None
+    return {"name": spec.name, "summary": spec.summary, "schedule": schedule}
+
+
+def to_json(data: object) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+# --- human output ---------------------------------------------------------------------------
+
+
+def cell(value: object) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="seconds")
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Columns aligned on the widest cell, two spaces apart."""
+    cells = [[cell(value) for value in row] for row in rows]
+    widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
+    lines = [headers, *cells]
+    return "\n".join(
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def first_line(text: str, limit: int = 60) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,266 @@
+"""The admin's job form: the whole job (function, schedule, arguments, policies) on one page.
+
+The schedule is typed in the same words as on the command line ("10s", "30 2 * * *" in a time
+zone, an instant, or continuous) and stored through ``jobs.services``, which also writes the
+django-celery-beat entry, so the admin and the CLI cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.contrib.admin.widgets import AdminRadioSelect, AdminSplitDateTime
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from jobs import beat_link, registry, services
+from jobs.models import Job, JobKind
+from jobs.schedules import (
+    At,
+    Cron,
+    Every,
+    Schedule,
+    format_duration,
+    parse_interval,
+    validate_cron,
+    validate_timezone,
+)
+
+# The order policies appear in on the page; the admin test checks it covers POLICY_FIELDS.
+POLICY_FIELD_ORDER = (
+    "overlap",
+    "start_deadline",
+    "catch_up",
+    "on_lost",
+    "max_retries",
+    "retry_backoff",
+    "soft_time_limit",
+    "time_limit",
+    "lease_ttl",
+    "queue",
+    "priority",
+)
+SCHEDULE_FIELDS = ("schedule_type", "every", "cron", "timezone", "run_at")
+
+# django-celery-beat keeps the interval in a 32-bit integer column; a longer one would fail
+# in the database instead of on the form.
+_MAX_INTERVAL_SECONDS = 2**31 - 1
+
+
+class ScheduleType(models.TextChoices):
+    INTERVAL = "interval", "interval"
+    CRON = "cron", "cron"
+    ONE_OFF = "one_off", "one-off"
+    CONTINUOUS = "continuous", "continuous (always running on one node)"
+
+
+class JobForm(forms.ModelForm):
+    """Validating this form saves the job through ``jobs.services`` (``create_job`` or
+    ``save_job``), so every error services raise lands on the field it names; ``save()`` then
+    only hands back the saved job."""
+
+    task = forms.ChoiceField(
+        help_text="The registered job function this job runs (declared with @job in code)."
+    )
+    schedule_type = forms.ChoiceField(
+        label="Schedule",
+        choices=ScheduleType.choices,
+        widget=AdminRadioSelect(attrs={"class": "radiolist inline"}),
+    )
+    every = forms.CharField(
+        required=False,
+        help_text="For an interval: e.g. 10s, 5m, 1h30m or 2d.",
+    )
+    cron = forms.CharField(
+        required=False,
+        help_text="For cron: five fields (minute hour day-of-month month day-of-week), "
+        "e.g. 30 2 * * *.",
+    )
+    timezone = forms.CharField(
+        required=False,
+        initial="UTC",
+        help_text="For cron: the IANA time zone the expression is read in, e.g. Europe/Paris.",
+    )
+    run_at = forms.SplitDateTimeField(
+        required=False,
+        label="Run at",
+        widget=AdminSplitDateTime,
+        help_text="For a one-off run: the date and time, in UTC.",
+    )
+
+    class Meta:
+        model = Job
+        fields = ("name", "task", "enabled", "args", "kwargs", *POLICY_FIELD_ORDER)
+        widgets = {
+            "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.schedule: Schedule | None = None
+        self.stored_schedule = _stored_schedule(self.instance)
+        task_field = self.fields["task"]
+        assert isinstance(task_field, forms.ChoiceField)
+        task_field.choices = _task_choices(self.instance.task)
+        for name, value in _schedule_initial(self.instance, self.stored_schedule).items():
+            self.initial.setdefault(name, value)
+
+    def clean_args(self) -> list[Any]:
+        value = self.cleaned_data.get("args")
+        if value is None:  # an empty box
+            return []
+        if not isinstance(value, list):
+            raise ValidationError('Positional arguments must be a JSON list, e.g. [1, "a"].')
+        return value
+
+    def clean_kwargs(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("kwargs")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValidationError('Keyword arguments must be a JSON object, e.g. {"city": "Paris"}.')
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        schedule_type = cleaned.get("schedule_type")
+        # A value its own field already rejected gets no second message here.
+        if schedule_type and not any(name in self.errors for name in SCHEDULE_FIELDS):
+            try:
+                self.schedule = self._parse_schedule(ScheduleType(schedule_type), cleaned)
+            except ValidationError as exc:
+                self.add_error(None, exc)
+        return cleaned
+
+    def _parse_schedule(self, schedule_type: ScheduleType, data: dict[str, Any]) -> Schedule | None:
+        """Only the fields of the chosen type are read; the others may hold anything."""
+        if schedule_type == ScheduleType.INTERVAL:
+            return self._interval(data.get("every") or "")
+        if schedule_type == ScheduleType.CRON:
+            return _cron(data.get("cron") or "", data.get("timezone") or "UTC")
+        if schedule_type == ScheduleType.ONE_OFF:
+            return _one_off(data.get("run_at"))
+        return None
+
+    def _interval(self, text: str) -> Every:
+        if not text.strip():
+            raise ValidationError({"every": "Give the interval, e.g. 10s, 5m or 1h30m."})
+        try:
+            every = parse_interval(text)
+        except ValueError as exc:
+            raise ValidationError({"every": str(exc)}) from None
+        if every.seconds > _MAX_INTERVAL_SECONDS:
+            raise ValidationError({"every": f"{text!r} is longer than the longest interval, 68 years."})
+        # Keep the stored anchor when the interval is unchanged: moving it would shift every slot.
+        stored = self.stored_schedule
+        if isinstance(stored, Every) and stored.seconds == every.seconds:
+            return stored
+        return every
+
+    def _post_clean(self) -> None:
+        # Model validation first (it names the field of each problem), then the services call,
+        # here rather than in save(): the admin can only show errors raised while validating.
+        super()._post_clean()
+        if not self.errors:
+            self._save_through_services()
+
+    def _save_through_services(self) -> None:
+        try:
+            if self.instance.pk is None:
+                self.instance = services.create_job(self._definition())
+            else:
+                # An operator's edit: declarations in code stop overriding this job.
+                self.instance.managed_by_code = False
+                self.instance = services.save_job(self.instance, self.schedule)
+        except ValidationError as exc:
+            self._add_service_errors(exc)
+
+    def _definition(self) -> services.JobDefinition:
+        data = self.cleaned_data
+        return services.JobDefinition(
+            name=data["name"],
+            task=data["task"],
+            schedule=self.schedule,
+            args=data["args"],
+            kwargs=data["kwargs"],
+            enabled=data["enabled"],
+            policies={name: data[name] for name in POLICY_FIELD_ORDER if name in data},
+        )
+
+    def _add_service_errors(self, exc: ValidationError) -> None:
+        if not hasattr(exc, "error_dict"):
+            self.add_error(None, exc)
+            return
+        for key, errors in exc.error_dict.items():
+            self.add_error(self._field_for(key), errors)
+
+    def _field_for(self, key: str) -> str | None:
+        """The form field an error keyed by a model field belongs on (``None``: the form)."""
+        if key in self.fields:
+            return key
+        if key in ("kind", "periodic_task"):
+            return "schedule_type"
+        return None  # NON_FIELD_ERRORS, or a model field the page does not show
+
+
+def _cron(expr: str, tz: str) -> Cron:
+    if not expr.strip():
+        raise ValidationError({"cron": "Give a cron expression, e.g. 30 2 * * *."})
+    errors: dict[str, str] = {}
+    try:
+        expr = validate_cron(expr)
+    except ValueError as exc:
+        errors["cron"] = str(exc)
+    try:
+        validate_timezone(tz)
+    except ValueError as exc:
+        errors["timezone"] = str(exc)
+    if errors:
+        raise ValidationError(errors)
+    return Cron(expr=expr, tz=tz)
+
+
+def _one_off(when: datetime | None) -> At:
+    if when is None:
+        raise ValidationError({"run_at": "Give the date and time of the run."})
+    return At(when=when)
+
+
+def _stored_schedule(job: Job) -> Schedule | None:
+    if job.pk is None:
+        return None
+    try:
+        return beat_link.schedule_of(job.periodic_task)
+    except ValueError:  # a beat entry with a kind of schedule jobs do not use (e.g. solar)
+        return None
+
+
+def _schedule_initial(job: Job, schedule: Schedule | None) -> dict[str, Any]:
+    """The schedule fields pre-filled from the job's beat entry (defaults on the add page)."""
+    if job.pk is None:
+        return {"schedule_type": ScheduleType.INTERVAL}
+    if isinstance(schedule, Every):
+        return {"schedule_type": ScheduleType.INTERVAL, "every": format_duration(schedule.seconds)}
+    if isinstance(schedule, Cron):
+        return {"schedule_type": ScheduleType.CRON, "cron": schedule.expr, "timezone": schedule.tz}
+    if isinstance(schedule, At):
+        return {"schedule_type": ScheduleType.ONE_OFF, "run_at": schedule.when}
+    if job.kind == JobKind.CONTINUOUS:
+        return {"schedule_type": ScheduleType.CONTINUOUS}
+    return {}  # unreadable beat entry: the operator picks a schedule again
+
+
+def _task_choices(current: str) -> list[tuple[str, str]]:
+    choices = [("", "---------")]
+    choices += [(spec.name, _task_label(spec)) for spec in registry.specs()]
+    if current and not registry.is_registered(current):
+        # A job whose function is gone stays viewable; saving it reports the task field.
+        choices.append((current, f"{current} (not registered)"))
+    return choices
+
+
+def _task_label(spec: registry.JobSpec) -> str:
+    return f"{spec.name} — {spec.summary}" if spec.summary else spec.name

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.jobs_under_test  # noqa: F401  (registers the job functions)
+from jobs.models import Job
+from jobs.schedules import Every, Schedule
+from jobs.services import JobDefinition, create_job
+
+
+@pytest.fixture
+def make_job(tmp_path: Path) -> Callable[..., Job]:
+    def make(
+        name: str = "j",
+        task: str = "tests.record",
+        schedule: Schedule | None = Every(60),
+        kwargs: dict[str, Any] | None = None,
+        **policies: Any,
+    ) -> Job:
+        if kwargs is None:
+            kwargs = {"log": str(tmp_path / "executions.log")} if task == "tests.record" else {}
+        definition = JobDefinition(
+            name=name, task=task, schedule=schedule, kwargs=kwargs, policies=policies
+        )
+        return create_job(definition)
+
+    return make
