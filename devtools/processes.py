@@ -6,6 +6,7 @@ worker's pool). Ctrl-C, SIGTERM, or any child exiting stops the whole group; not
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -78,8 +79,10 @@ class ProcessGroup:
             process.wait()
 
     def say(self, name: str, line: str, colour: str = "1") -> None:
-        prefix = f"\x1b[{colour}m{name:<{self._width}}|\x1b[0m " if sys.stdout.isatty() else (
-            f"{name:<{self._width}}| "
+        prefix = (
+            f"\x1b[{colour}m{name:<{self._width}}|\x1b[0m "
+            if sys.stdout.isatty()
+            else (f"{name:<{self._width}}| ")
         )
         with self._print_lock:
             sys.stdout.write(prefix + line + "\n")
@@ -94,7 +97,5 @@ class ProcessGroup:
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass

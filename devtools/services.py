@@ -64,13 +64,15 @@ def ensure_database(database_url: str) -> None:
     from psycopg import sql
 
     config = dj_database_url.parse(database_url)
-    params = {
-        "host": config.get("HOST") or None,
-        "port": config.get("PORT") or None,
-        "user": config.get("USER") or None,
-        "password": config.get("PASSWORD") or None,
-    }
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+    options = config.get("OPTIONS", {})
+    with psycopg.connect(
+        dbname="postgres",
+        autocommit=True,
+        host=config.get("HOST") or options.get("host") or None,
+        port=config.get("PORT") or None,
+        user=config.get("USER") or None,
+        password=config.get("PASSWORD") or None,
+    ) as conn:
         found = conn.execute(
             "SELECT 1 FROM pg_database WHERE datname = %s", [config["NAME"]]
         ).fetchone()

@@ -48,7 +48,7 @@ class ClusterScheduler(Scheduler):
         self._seen_change: datetime | None = None
         self._loaded = False
         super().__init__(*args, **kwargs)
-        self.max_interval = get_conf().beat_max_interval
+        self._max_sleep = get_conf().beat_max_interval
 
     # --- celery.beat.Scheduler interface --------------------------------------------------
     def setup_schedule(self) -> None:
@@ -71,10 +71,6 @@ class ClusterScheduler(Scheduler):
 
     def sync(self) -> None:
         """Nothing to persist: slots are derived from the schedule, not from beat state."""
-
-    @property
-    def schedule(self) -> dict[str, Any]:
-        return {}
 
     @property
     def info(self) -> str:
@@ -105,9 +101,9 @@ class ClusterScheduler(Scheduler):
         if fired:
             self._fire(fired)
         if not self._heap:
-            return self.max_interval
+            return self._max_sleep
         until_next = (self._heap[0][0] - timezone.now()).total_seconds()
-        return max(0.0, min(until_next, self.max_interval))
+        return max(0.0, min(until_next, self._max_sleep))
 
     def _fire(self, fired: list[tuple[Job, datetime]]) -> None:
         created = records.insert_scheduled([(job.pk, slot) for job, slot in fired])
@@ -127,7 +123,9 @@ class ClusterScheduler(Scheduler):
     def _reload(self, now: datetime) -> None:
         jobs = Job.objects.filter(
             kind=JobKind.PERIODIC, enabled=True, periodic_task__isnull=False
-        ).select_related("periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked")
+        ).select_related(
+            "periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked"
+        )
         self._entries = {}
         self._heap = []
         for job in jobs:

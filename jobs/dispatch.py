@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from celery import current_app
 from django.db import transaction
@@ -22,7 +23,7 @@ def task_id_for(run_id: int) -> str:
 
 def publish(job: Job, run_id: int, scheduled_for: datetime, producer: object = None) -> None:
     """Send the message that asks a worker to execute run ``run_id`` of ``job``."""
-    options: dict[str, object] = {"queue": job.queue, "task_id": task_id_for(run_id)}
+    options: dict[str, Any] = {"queue": job.queue, "task_id": task_id_for(run_id)}
     if job.priority is not None:
         options["priority"] = job.priority
     if job.soft_time_limit is not None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import connection
+from django.utils.dateparse import parse_datetime
 
 from jobs.exceptions import LeaseLost
 
@@ -58,7 +59,9 @@ UPDATE jobs_lease SET expires_at = now()
  WHERE key = %(key)s AND token = %(token)s AND expires_at > now()
 """
 
-_FORCE_RELEASE_PG = "UPDATE jobs_lease SET expires_at = now() WHERE key = %(key)s AND expires_at > now()"
+_FORCE_RELEASE_PG = (
+    "UPDATE jobs_lease SET expires_at = now() WHERE key = %(key)s AND expires_at > now()"
+)
 
 # Fenced write check: FOR SHARE makes a would-be acquirer's upsert wait for our commit.
 _VERIFY_PG = """
@@ -108,11 +111,13 @@ def _sql(postgres: str, sqlite: str) -> str:
 
 
 def _as_datetime(value: datetime | str) -> datetime:
+    """PostgreSQL returns aware datetimes; SQLite returns the UTC text it stores."""
     if isinstance(value, datetime):
         return value
-    parsed = connection.ops.convert_datetimefield_value(value, None, connection)
-    assert isinstance(parsed, datetime)
-    return parsed
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ValueError(f"unexpected timestamp from the database: {value!r}")
+    return parsed.replace(tzinfo=UTC)
 
 
 def acquire(key: str, holder: str, ttl: float) -> HeldLease | None:
@@ -156,9 +161,7 @@ def renew(lease: HeldLease) -> HeldLease | None:
 def release(lease: HeldLease) -> bool:
     """Give the lease back at once; a no-op (``False``) for a stale token."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            _sql(_RELEASE_PG, _RELEASE_SQLITE), {"key": lease.key, "token": lease.token}
-        )
+        cursor.execute(_sql(_RELEASE_PG, _RELEASE_SQLITE), {"key": lease.key, "token": lease.token})
         return cursor.rowcount == 1
 
 

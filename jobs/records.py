@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
@@ -108,7 +109,7 @@ def insert_scheduled(pairs: Sequence[tuple[int, datetime]]) -> list[NewRun]:
 
 def claim(run_id: int, *, node: str, pid: int, task_id: str) -> Claim | None:
     """Take a scheduled run; ``None`` when it was already taken (a repeated delivery)."""
-    params = {"run_id": run_id, "node": node, "pid": pid, "task_id": task_id}
+    params: dict[str, Any] = {"run_id": run_id, "node": node, "pid": pid, "task_id": task_id}
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM, params)
         row = cursor.fetchone()
@@ -142,7 +143,7 @@ def finish_fenced(
 ) -> str | None:
     """Write the outcome if ``token`` still holds ``key``; returns the status recorded, or
     ``None`` if the run was no longer ours (maintenance already recorded it)."""
-    params = {
+    params: dict[str, Any] = {
         "run_id": run_id,
         "key": key,
         "token": token,
@@ -160,7 +161,7 @@ def finish_fenced(
 def finish_unleased(
     run_id: int, *, status: RunStatus, error: str = "", traceback: str = ""
 ) -> str | None:
-    params = {"run_id": run_id, "status": status.value, "error": error, "traceback": traceback}
+    params: dict[str, Any] = {"run_id": run_id, "status": status.value, "error": error, "traceback": traceback}
     with connection.cursor() as cursor:
         cursor.execute(_FINISH_UNLEASED, params)
         row = cursor.fetchone()

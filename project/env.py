@@ -5,6 +5,7 @@ Settings import this module; nothing else reads ``os.environ`` for configuration
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping
 
@@ -20,17 +21,17 @@ class Env:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = dict(os.environ if environ is None else environ)
 
-    def str(self, name: str, default: str | None = None) -> str | None:
+    def str(self, name: builtins.str, default: builtins.str | None = None) -> builtins.str | None:
         value = self._environ.get(name)
         return default if value is None or value == "" else value
 
-    def required(self, name: str, hint: str) -> str:
+    def required(self, name: builtins.str, hint: builtins.str) -> builtins.str:
         value = self.str(name)
         if value is None:
             raise ImproperlyConfigured(f"{name} is not set: {hint}")
         return value
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: builtins.bool) -> builtins.bool:
         raw = self._environ.get(name)
         if raw is None:
             return default
@@ -41,7 +42,9 @@ class Env:
             return False
         raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use one of 1/0, true/false.")
 
-    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
+    def int(
+        self, name: builtins.str, default: builtins.int, *, minimum: builtins.int | None = None
+    ) -> builtins.int:
         raw = self._environ.get(name)
         if raw is None or raw == "":
             return default
@@ -53,7 +56,9 @@ class Env:
             raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}.")
         return value
 
-    def float(self, name: str, default: float, *, minimum: float | None = None) -> float:
+    def float(
+        self, name: builtins.str, default: builtins.float, *, minimum: builtins.float | None = None
+    ) -> builtins.float:
         raw = self._environ.get(name)
         if raw is None or raw == "":
             return default
@@ -65,7 +70,9 @@ class Env:
             raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}.")
         return value
 
-    def list(self, name: str, default: list[str] | None = None) -> list[str]:
+    def list(
+        self, name: builtins.str, default: builtins.list[builtins.str] | None = None
+    ) -> builtins.list[builtins.str]:
         raw = self._environ.get(name)
         if raw is None:
             return list(default or [])

@@ -6,6 +6,7 @@ messages, and every process is stopped (its whole process group) before the data
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,7 +54,9 @@ class Cluster:
         return self._start(name, argv)
 
     def start_beat(self, name: str) -> subprocess.Popen[bytes]:
-        return self._start(name, [sys.executable, "-m", "celery", "-A", "project", "beat", "-l", "info"])
+        return self._start(
+            name, [sys.executable, "-m", "celery", "-A", "project", "beat", "-l", "info"]
+        )
 
     def manage(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -73,10 +76,8 @@ class Cluster:
             _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         for process in self.processes.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             _signal_group(process, signal.SIGKILL)
             process.wait()
 
@@ -95,10 +96,8 @@ class Cluster:
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 @pytest.fixture

@@ -45,7 +45,9 @@ def _status(url: str, auth: str | None = None) -> int:
 
 def _succeeded_demo_runs_since(started: datetime) -> int:
     try:
-        with psycopg.connect(host=str(ROOT / ".dev" / "postgres"), user="postgres", dbname="jobs") as conn:
+        with psycopg.connect(
+            host=str(ROOT / ".dev" / "postgres"), user="postgres", dbname="jobs"
+        ) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM jobs_jobrun r JOIN jobs_job j ON j.id = r.job_id "
                 "WHERE j.name = 'demo.quick' AND r.status = 'succeeded' AND r.created_at >= %s",
@@ -105,7 +107,7 @@ def test_make_run_starts_everything_on_embedded_services_and_ctrl_c_stops_it(
         finally:
             output.close()
     log = (tmp_path / "make-run.log").read_text()
-    assert "password" in log and "Dev admin created" in log or "superuser already exists" in log
+    assert ("password" in log and "Dev admin created" in log) or "superuser already exists" in log
 
     def all_gone() -> bool:
         return not [pid for pid in descendants if _alive(pid)]

@@ -11,13 +11,15 @@ from jobs.models import Job
 from jobs.schedules import Every, Schedule
 from jobs.services import JobDefinition, create_job
 
+HOURLY = Every(3600)
+
 
 @pytest.fixture
 def make_job(tmp_path: Path) -> Callable[..., Job]:
     def make(
         name: str = "j",
         task: str = "tests.record",
-        schedule: Schedule | None = Every(60),
+        schedule: Schedule | None = HOURLY,
         kwargs: dict[str, Any] | None = None,
         **policies: Any,
     ) -> Job:

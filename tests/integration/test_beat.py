@@ -22,9 +22,9 @@ QUEUE = "tests-beat"
 
 @pytest.fixture
 def broker() -> Iterator[redis.Redis]:
-    if not settings.CELERY_BROKER_URL.startswith("redis://"):
+    if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
         pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
     client.delete(QUEUE)
     yield client
     client.delete(QUEUE)

@@ -1,0 +1,72 @@
+"""Production settings: validated environment, and `check --deploy` clean."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _manage(env_overrides: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("DJANGO_") and key not in ("JOBS_MODULES",)
+    }
+    env.update(
+        DATABASE_URL=os.environ.get("DATABASE_URL", "postgresql://u@localhost/db"),
+        CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL", "redis://localhost/0"),
+        DJANGO_SETTINGS_MODULE="project.settings",
+    )
+    env.update(env_overrides)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def test_check_deploy_is_clean_with_production_settings() -> None:
+    result = _manage(
+        {
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+            "DJANGO_ALLOWED_HOSTS": "jobs.example.com",
+        },
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_missing_secret_in_production_is_one_line_naming_the_variable() -> None:
+    result = _manage({"DJANGO_DEBUG": "0", "DJANGO_ALLOWED_HOSTS": "x"}, "check")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "configuration error: DJANGO_SECRET_KEY is not set: set it to a long random string "
+        "(or set DJANGO_DEBUG=1 for local development)."
+    ]
+
+
+def test_a_malformed_variable_is_named() -> None:
+    result = _manage({"DJANGO_DEBUG": "perhaps"}, "check")
+    assert result.returncode == 2
+    assert "DJANGO_DEBUG='perhaps' is not a boolean" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_database_url_is_named() -> None:
+    env = {"DJANGO_DEBUG": "1", "DATABASE_URL": ""}
+    result = _manage(env, "check")
+    assert result.returncode == 2
+    assert "DATABASE_URL is not set" in result.stderr
