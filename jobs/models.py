@@ -86,7 +86,9 @@ class Job(models.Model):
         related_name="job",
         help_text="The beat entry carrying this job's schedule (periodic jobs only).",
     )
-    args = models.JSONField(default=list, blank=True, help_text="Positional arguments, a JSON list.")
+    args = models.JSONField(
+        default=list, blank=True, help_text="Positional arguments, a JSON list."
+    )
     kwargs = models.JSONField(
         default=dict, blank=True, help_text="Keyword arguments, a JSON object."
     )
@@ -140,6 +142,11 @@ class Job(models.Model):
         validators=[MinValueValidator(3)],
         help_text="Seconds a lease stays valid without renewal; renewed every ttl/3.",
     )
+    min_hold = models.PositiveIntegerField(
+        default=0,
+        help_text="Seconds the lease stays held after the run starts even if it ends sooner, "
+        "so a fast job cannot run twice for one slot on nodes with skewed clocks.",
+    )
     queue = models.CharField(max_length=100, default="default", help_text="Celery queue.")
     priority = models.PositiveSmallIntegerField(
         null=True,
@@ -187,9 +194,7 @@ class JobRun(models.Model):
     status = models.CharField(
         max_length=16, choices=RunStatus.choices, db_default=RunStatus.SCHEDULED
     )
-    trigger = models.CharField(
-        max_length=16, choices=Trigger.choices, db_default=Trigger.SCHEDULED
-    )
+    trigger = models.CharField(max_length=16, choices=Trigger.choices, db_default=Trigger.SCHEDULED)
     attempt = models.PositiveSmallIntegerField(db_default=1)
     fencing_token = models.BigIntegerField(null=True, blank=True)
     lease_key = models.CharField(max_length=255, blank=True, db_default="")
@@ -204,6 +209,17 @@ class JobRun(models.Model):
     error = models.TextField(blank=True, db_default="")
     traceback = models.TextField(blank=True, db_default="")
     result = models.JSONField(null=True, blank=True)
+    retry_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="retries",
+        help_text="The run this one retries (after an exception or a lost node).",
+    )
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its message was last published."
+    )
     duplicate_deliveries = models.PositiveIntegerField(
         db_default=0, help_text="Extra deliveries of this run's message, each a recorded no-op."
     )
