@@ -12,8 +12,16 @@ from typing import Any
 import django_celery_beat.admin  # noqa: F401  (its registrations must exist before we undo them)
 from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext
-from django.db.models import BooleanField, CharField, ExpressionWrapper, OuterRef, Q, QuerySet
-from django.db.models import Subquery, Value
+from django.db.models import (
+    BooleanField,
+    CharField,
+    ExpressionWrapper,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.db.models.functions import Concat, Now
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
@@ -33,7 +41,13 @@ from jobs.forms import POLICY_FIELD_ORDER, JobForm
 from jobs.models import Job, JobRun, Lease, Node, RunStatus
 from jobs.schedules import describe
 
-for _beat_model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule, ClockedSchedule):
+for _beat_model in (
+    PeriodicTask,
+    IntervalSchedule,
+    CrontabSchedule,
+    SolarSchedule,
+    ClockedSchedule,
+):
     admin.site.unregister(_beat_model)
 
 RECENT_RUNS = 20
@@ -64,7 +78,7 @@ def _seconds(value: float | None) -> str | None:
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows the cluster writes; people only look at them."""
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -87,8 +101,15 @@ class RecentRunsInline(admin.TabularInline):
     model = JobRun
     formset = RecentRunsFormSet
     verbose_name_plural = f"recent runs (last {RECENT_RUNS})"
-    fields = ["scheduled_for", "status_badge", "trigger", "attempt", "node", "started_at", "error"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "scheduled_for",
+        "status_badge",
+        "trigger",
+        "attempt",
+        "node",
+        "started_at",
+        "error",
+    )
     show_change_link = True
     extra = 0
     can_delete = False
@@ -185,8 +206,8 @@ class JobAdmin(admin.ModelAdmin):
             Job._meta.verbose_name_plural: len(jobs),
             JobRun._meta.verbose_name_plural: run_count,
         }
-        perms_needed = set() if self.has_delete_permission(request) else {"job"}
-        return [str(job) for job in jobs], summary, perms_needed, []
+        # The delete view and action have already checked the job delete permission.
+        return [str(job) for job in jobs], summary, set(), []
 
     @admin.display(description="schedule")
     def schedule(self, job: Job) -> str:
@@ -295,7 +316,7 @@ class JobRunAdmin(ReadOnlyAdmin):
     def status_badge(self, run: JobRun) -> SafeString | str:
         return status_badge(run.status)
 
-    @admin.display(description="lag (start − slot)")
+    @admin.display(description="lag (start - slot)")
     def lag(self, run: JobRun) -> str | None:
         return _seconds(run.lag)
 

@@ -59,6 +59,10 @@ def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL) -> JobRun:
     """Create a run of ``job`` for now, outside its schedule, and publish it after commit."""
     with transaction.atomic():
         run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=trigger)
-        transaction.on_commit(lambda: publish(job, run.pk, run.scheduled_for))
+        # A broker outage must not turn "run now" into an error after the run was recorded:
+        # the run stays scheduled and maintenance re-publishes it.
+        transaction.on_commit(
+            lambda: publish_many([(job, run.pk, run.scheduled_for)]), robust=True
+        )
     run.refresh_from_db()
     return run

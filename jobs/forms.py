@@ -121,7 +121,9 @@ class JobForm(forms.ModelForm):
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise ValidationError('Keyword arguments must be a JSON object, e.g. {"city": "Paris"}.')
+            raise ValidationError(
+                'Keyword arguments must be a JSON object, e.g. {"city": "Paris"}.'
+            )
         return value
 
     def clean(self) -> dict[str, Any]:
@@ -149,22 +151,25 @@ class JobForm(forms.ModelForm):
         if not text.strip():
             raise ValidationError({"every": "Give the interval, e.g. 10s, 5m or 1h30m."})
         try:
-            every = parse_interval(text)
+            every: Every | None = parse_interval(text)
         except ValueError as exc:
             raise ValidationError({"every": str(exc)}) from None
-        if every.seconds > _MAX_INTERVAL_SECONDS:
-            raise ValidationError({"every": f"{text!r} is longer than the longest interval, 68 years."})
+        except OverflowError:  # more than a timedelta holds
+            every = None
+        if every is None or every.seconds > _MAX_INTERVAL_SECONDS:
+            raise ValidationError({"every": f"{text!r}: the longest interval is 68 years."})
         # Keep the stored anchor when the interval is unchanged: moving it would shift every slot.
         stored = self.stored_schedule
         if isinstance(stored, Every) and stored.seconds == every.seconds:
             return stored
         return every
 
-    def _post_clean(self) -> None:
-        # Model validation first (it names the field of each problem), then the services call,
-        # here rather than in save(): the admin can only show errors raised while validating.
-        super()._post_clean()
-        if not self.errors:
+    def full_clean(self) -> None:
+        # Field and model validation first (they name the field of each problem), then the
+        # services call, here rather than in save(): the admin shows only errors raised while
+        # the form validates.
+        super().full_clean()
+        if self.is_bound and not self.errors:
             self._save_through_services()
 
     def _save_through_services(self) -> None:

@@ -16,6 +16,8 @@ from cron_descriptor import get_description
 from croniter import croniter
 
 _DURATION_PART = re.compile(r"(\d+)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
+# django-celery-beat stores intervals in a 32-bit integer; ten years is plenty for a schedule.
+MAX_DURATION_SECONDS = 10 * 365 * 86400
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -66,10 +68,10 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     if isinstance(text, timedelta):
         return text
     if isinstance(text, int | float):
-        return timedelta(seconds=text)
+        return _bounded(float(text), text)
     raw = text.strip()
     if re.fullmatch(r"-?\d+(\.\d+)?", raw):
-        return timedelta(seconds=float(raw))
+        return _bounded(float(raw), text)
     if raw.startswith("-"):
         # Parsed so that the caller can say "must be positive" rather than "not a duration".
         return -parse_duration(raw[1:])
@@ -83,7 +85,15 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
         position = match.end()
     if position == 0 or raw[position:].strip():
         raise ValueError(f"{text!r} is not a duration: use e.g. 30s, 5m, 1h30m or 2d")
+    if total > MAX_DURATION_SECONDS:
+        raise ValueError(f"{text!r} is too long: at most {MAX_DURATION_SECONDS // 86400} days")
     return timedelta(seconds=total)
+
+
+def _bounded(seconds: float, text: object) -> timedelta:
+    if abs(seconds) > MAX_DURATION_SECONDS:
+        raise ValueError(f"{text!r} is too long: at most {MAX_DURATION_SECONDS // 86400} days")
+    return timedelta(seconds=seconds)
 
 
 def parse_interval(text: str | int | float | timedelta) -> Every:

@@ -61,7 +61,7 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
 
 def _argument_errors(job: Job) -> dict[str, list[str]]:
     if not isinstance(job.args, list):
-        return {"args": ["Positional arguments must be a JSON list, e.g. [1, \"a\"]."]}
+        return {"args": ['Positional arguments must be a JSON list, e.g. [1, "a"].']}
     if not isinstance(job.kwargs, dict):
         return {"kwargs": ['Keyword arguments must be a JSON object, e.g. {"city": "Paris"}.']}
     func = registry.get(job.task).func
@@ -99,10 +99,10 @@ def create_job(definition: JobDefinition, *, managed_by_code: bool = False) -> J
 def save_job(job: Job, schedule: Schedule | None) -> Job:
     """Save an edited job (admin form, CLI) with its schedule; beats pick the change up."""
     job.kind = JobKind.CONTINUOUS if schedule is None else JobKind.PERIODIC
-    validate_job(job)
     old_task = job.periodic_task if schedule is None else None
     if schedule is None:
-        job.periodic_task = None
+        job.periodic_task = None  # before validating: a continuous job has no beat entry
+    validate_job(job)
     job.save()
     if schedule is not None:
         job.periodic_task = beat_link.store(job, schedule)

@@ -88,3 +88,9 @@ def test_describe_in_words() -> None:
 def test_format_duration_round_trips() -> None:
     for seconds in (1, 59, 60, 90, 3600, 86400, 604800):
         assert parse_duration(format_duration(seconds)).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["99999999999w", "999999999999", 1e20])
+def test_absurd_durations_are_a_value_error_not_an_overflow(text: str | float) -> None:
+    with pytest.raises(ValueError, match="too long"):
+        parse_duration(text)

@@ -1,0 +1,466 @@
+"""The admin on a real database: one job page that saves through services, field-level errors
+for every bad input, the changelist and its actions, and the read-only history pages."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+from django_celery_beat.models import (
+    ClockedSchedule,
+    CrontabSchedule,
+    IntervalSchedule,
+    PeriodicTask,
+    SolarSchedule,
+)
+
+from jobs import job, lease, services
+from jobs.forms import POLICY_FIELD_ORDER
+from jobs.models import Job, JobKind, JobRun, Lease, Node, RunStatus, Trigger
+from jobs.registry import POLICY_FIELDS
+from jobs.schedules import Cron, Every
+
+pytestmark = pytest.mark.django_db
+
+TASK = "tests.admin_example"
+
+
+@job(TASK)
+def admin_example(ctx: Any, city: str = "Paris") -> None:
+    """Example job for the admin tests."""
+
+
+ADD_URL = reverse("admin:jobs_job_add")
+CHANGELIST_URL = reverse("admin:jobs_job_changelist")
+
+
+def form_data(**overrides: str) -> dict[str, str]:
+    """What the add/change page posts for a valid interval job."""
+    data = {
+        "name": "report",
+        "task": TASK,
+        "enabled": "on",
+        "schedule_type": "interval",
+        "every": "10s",
+        "cron": "",
+        "timezone": "UTC",
+        "run_at_0": "",
+        "run_at_1": "",
+        "args": "[]",
+        "kwargs": '{"city": "Lyon"}',
+        "overlap": "skip",
+        "start_deadline": "300",
+        "catch_up": "latest",
+        "on_lost": "abandon",
+        "max_retries": "0",
+        "retry_backoff": "10",
+        "soft_time_limit": "",
+        "time_limit": "",
+        "lease_ttl": "30",
+        "queue": "default",
+        "priority": "",
+    }
+    data.update(overrides)
+    return data
+
+
+def make_job(name: str = "existing", schedule: Any = None, **kwargs: Any) -> Job:
+    definition = services.JobDefinition(
+        name=name, task=TASK, schedule=schedule or Every(seconds=60)
+    )
+    return services.create_job(definition, **kwargs)
+
+
+def change_url(job_: Job) -> str:
+    return reverse("admin:jobs_job_change", args=[job_.pk])
+
+
+def form_errors(response: Any) -> dict[str, list[str]]:
+    return dict(response.context["adminform"].form.errors)
+
+
+# --- creating jobs ---------------------------------------------------------------------------
+
+
+def test_interval_job_from_the_add_page(admin_client):
+    response = admin_client.post(ADD_URL, form_data())
+
+    assert response.status_code == 302, form_errors(response)
+    created = Job.objects.get(name="report")
+    assert created.task == TASK
+    assert created.kind == JobKind.PERIODIC
+    assert created.kwargs == {"city": "Lyon"}
+    assert created.managed_by_code is False
+    entry = created.periodic_task
+    assert entry is not None
+    assert entry.task == TASK
+    assert entry.enabled is True
+    assert (entry.interval.every, entry.interval.period) == (10, IntervalSchedule.SECONDS)
+
+
+def test_cron_job_keeps_its_time_zone(admin_client):
+    data = form_data(schedule_type="cron", cron="30 2 * * 1-5", timezone="Europe/Paris")
+
+    response = admin_client.post(ADD_URL, data)
+
+    assert response.status_code == 302, form_errors(response)
+    crontab = Job.objects.get(name="report").periodic_task.crontab
+    assert (crontab.minute, crontab.hour, crontab.day_of_week) == ("30", "2", "1-5")
+    assert str(crontab.timezone) == "Europe/Paris"
+
+
+def test_one_off_job(admin_client):
+    data = form_data(schedule_type="one_off", run_at_0="2030-01-02", run_at_1="09:30:00")
+
+    response = admin_client.post(ADD_URL, data)
+
+    assert response.status_code == 302, form_errors(response)
+    entry = Job.objects.get(name="report").periodic_task
+    assert entry.one_off is True
+    assert entry.clocked.clocked_time == datetime(2030, 1, 2, 9, 30, tzinfo=UTC)
+
+
+def test_continuous_job_has_no_beat_entry(admin_client):
+    response = admin_client.post(ADD_URL, form_data(schedule_type="continuous", every=""))
+
+    assert response.status_code == 302, form_errors(response)
+    created = Job.objects.get(name="report")
+    assert created.kind == JobKind.CONTINUOUS
+    assert created.periodic_task is None
+
+
+def test_task_is_a_choice_of_registered_functions(admin_client):
+    response = admin_client.get(ADD_URL)
+
+    assert response.status_code == 200
+    field = response.context["adminform"].form.fields["task"]
+    assert TASK in dict(field.choices)
+    assert '<select name="task"' in response.content.decode()
+
+
+def test_policies_fieldset_shows_every_policy(admin_client):
+    assert set(POLICY_FIELD_ORDER) == POLICY_FIELDS
+    response = admin_client.get(ADD_URL)
+    fieldsets = dict(response.context["adminform"].fieldsets)
+    assert fieldsets["Policies"]["fields"] == list(POLICY_FIELD_ORDER)
+    assert "collapse" in fieldsets["Policies"]["classes"]
+
+
+BAD_INPUTS = [
+    pytest.param({"schedule_type": "cron", "cron": "61 * * * *"}, "cron", id="cron-out-of-range"),
+    pytest.param({"schedule_type": "cron", "cron": "* * *"}, "cron", id="cron-three-fields"),
+    pytest.param({"every": "0s"}, "every", id="interval-zero"),
+    pytest.param({"every": "-5m"}, "every", id="interval-negative"),
+    pytest.param({"every": "-5"}, "every", id="interval-negative-number"),
+    pytest.param({"every": "soon"}, "every", id="interval-garbled"),
+    pytest.param({"every": "1.5s"}, "every", id="interval-fraction"),
+    pytest.param({"every": "9999999999s"}, "every", id="interval-too-long"),
+    pytest.param({"every": "99999999999w"}, "every", id="interval-overflow"),
+    pytest.param({"args": "[1,"}, "args", id="args-malformed"),
+    pytest.param({"args": '{"a": 1}'}, "args", id="args-not-a-list"),
+    pytest.param({"kwargs": "{city: Paris}"}, "kwargs", id="kwargs-malformed"),
+    pytest.param({"kwargs": "[1]"}, "kwargs", id="kwargs-not-an-object"),
+    pytest.param({"kwargs": '{"town": "Lyon"}'}, "kwargs", id="kwargs-not-accepted"),
+    pytest.param({"args": "[1, 2]", "kwargs": "{}"}, "args", id="args-not-accepted"),
+    pytest.param({"task": "tests.not_registered"}, "task", id="unknown-task"),
+    pytest.param({"task": ""}, "task", id="no-task"),
+    pytest.param(
+        {"schedule_type": "cron", "cron": "0 * * * *", "timezone": "Mars/Olympus"},
+        "timezone",
+        id="bad-time-zone",
+    ),
+    pytest.param({"every": ""}, "every", id="interval-missing"),
+    pytest.param({"schedule_type": "cron", "cron": ""}, "cron", id="cron-missing"),
+    pytest.param({"schedule_type": "one_off"}, "run_at", id="instant-missing"),
+    pytest.param(
+        {"schedule_type": "one_off", "run_at_0": "2030-13-45", "run_at_1": "09:00"},
+        "run_at",
+        id="instant-garbled",
+    ),
+    pytest.param({"schedule_type": "weekly"}, "schedule_type", id="unknown-schedule-type"),
+    pytest.param({"lease_ttl": "1"}, "lease_ttl", id="policy-out-of-range"),
+    pytest.param({"overlap": "sometimes"}, "overlap", id="policy-unknown-choice"),
+    pytest.param({"soft_time_limit": "20", "time_limit": "10"}, "__all__", id="soft-above-hard"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field"), BAD_INPUTS)
+def test_bad_input_is_a_field_error_and_creates_nothing(admin_client, overrides, field):
+    response = admin_client.post(ADD_URL, form_data(**overrides))
+
+    assert response.status_code == 200
+    errors = form_errors(response)
+    assert field in errors, errors
+    assert not Job.objects.exists()
+    assert not PeriodicTask.objects.exists()
+
+
+def test_duplicate_name_is_an_error_on_name(admin_client):
+    make_job("report")
+
+    response = admin_client.post(ADD_URL, form_data(name="report"))
+
+    assert response.status_code == 200
+    assert "name" in form_errors(response)
+    assert Job.objects.count() == 1
+
+
+# --- editing jobs ----------------------------------------------------------------------------
+
+
+def test_change_page_prefills_the_schedule(admin_client):
+    cron_job = make_job("nightly", Cron(expr="30 2 * * *", tz="Europe/Paris"))
+    interval_job = make_job("poll", Every(seconds=300))
+
+    cron_form = admin_client.get(change_url(cron_job)).context["adminform"].form
+    interval_form = admin_client.get(change_url(interval_job)).context["adminform"].form
+
+    assert cron_form.initial["schedule_type"] == "cron"
+    assert cron_form.initial["cron"] == "30 2 * * *"
+    assert cron_form.initial["timezone"] == "Europe/Paris"
+    assert interval_form.initial["schedule_type"] == "interval"
+    assert interval_form.initial["every"] == "5m"
+
+
+def test_operator_edit_takes_the_job_over_from_code(admin_client):
+    declared = make_job("report", managed_by_code=True)
+    data = form_data(schedule_type="cron", cron="0 6 * * *", timezone="Asia/Tokyo", every="")
+
+    response = admin_client.post(change_url(declared), data)
+
+    assert response.status_code == 302, form_errors(response)
+    declared.refresh_from_db()
+    assert declared.managed_by_code is False
+    assert declared.kwargs == {"city": "Lyon"}
+    assert str(declared.periodic_task.crontab.timezone) == "Asia/Tokyo"
+    assert declared.periodic_task.interval is None
+
+
+def test_unchanged_interval_keeps_its_anchor(admin_client):
+    anchor = datetime(2024, 1, 1, 0, 0, 7, tzinfo=UTC)
+    anchored = make_job("report", Every(seconds=60, anchor=anchor))
+
+    response = admin_client.post(change_url(anchored), form_data(every="1m", max_retries="3"))
+
+    assert response.status_code == 302, form_errors(response)
+    anchored.refresh_from_db()
+    assert anchored.max_retries == 3
+    assert anchored.periodic_task.start_time == anchor
+
+
+def test_switching_to_continuous_removes_the_beat_entry(admin_client):
+    periodic = make_job("report")
+
+    response = admin_client.post(change_url(periodic), form_data(schedule_type="continuous"))
+
+    assert response.status_code == 302, form_errors(response)
+    periodic.refresh_from_db()
+    assert periodic.kind == JobKind.CONTINUOUS
+    assert not PeriodicTask.objects.exists()
+
+
+def test_bad_edit_changes_nothing(admin_client):
+    existing = make_job("report")
+
+    response = admin_client.post(change_url(existing), form_data(every="0s", max_retries="5"))
+
+    assert "every" in form_errors(response)
+    existing.refresh_from_db()
+    assert existing.max_retries == 0
+    assert existing.periodic_task.interval.every == 60
+
+
+def test_delete_removes_beat_entry_and_runs(admin_client):
+    doomed = make_job("report")
+    JobRun.objects.create(job=doomed, scheduled_for=timezone.now())
+
+    confirm = admin_client.get(reverse("admin:jobs_job_delete", args=[doomed.pk]))
+    response = admin_client.post(
+        reverse("admin:jobs_job_delete", args=[doomed.pk]), {"post": "yes"}
+    )
+
+    assert confirm.status_code == 200
+    assert not confirm.context["perms_lacking"]
+    assert response.status_code == 302
+    assert not Job.objects.exists()
+    assert not PeriodicTask.objects.exists()
+    assert not JobRun.objects.exists()
+
+
+# --- changelist and actions ------------------------------------------------------------------
+
+
+def _job_with_history(name: str) -> Job:
+    created = make_job(name)
+    now = timezone.now()
+    for minutes, status in ((3, RunStatus.FAILED), (2, RunStatus.SUCCEEDED)):
+        JobRun.objects.create(
+            job=created, scheduled_for=now - timedelta(minutes=minutes), status=status
+        )
+    lease.acquire(created.lock_key, f"worker@{name}", ttl=60)
+    return created
+
+
+def test_changelist_shows_schedule_last_run_and_lease(admin_client):
+    _job_with_history("report")
+
+    response = admin_client.get(CHANGELIST_URL)
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "every minute" in page
+    assert "succeeded" in page
+    assert "worker@report #1" in page
+
+
+def test_changelist_query_count_does_not_grow_with_jobs(admin_client):
+    _job_with_history("first")
+    admin_client.get(CHANGELIST_URL)  # warm the session and content-type caches
+    with CaptureQueriesContext(connection) as one_job:
+        admin_client.get(CHANGELIST_URL)
+    for name in ("second", "third", "fourth"):
+        _job_with_history(name)
+    with CaptureQueriesContext(connection) as four_jobs:
+        response = admin_client.get(CHANGELIST_URL)
+
+    assert response.status_code == 200
+    assert len(four_jobs) == len(one_job)
+
+
+def test_changelist_search_and_filters(admin_client):
+    make_job("report")
+    make_job("cleanup")
+
+    found = admin_client.get(CHANGELIST_URL, {"q": "clean"})
+    paused = admin_client.get(CHANGELIST_URL, {"enabled__exact": "0"})
+
+    assert [j.name for j in found.context["cl"].result_list] == ["cleanup"]
+    assert list(paused.context["cl"].result_list) == []
+
+
+def _act(admin_client, action: str, *jobs_: Job) -> Any:
+    data = {"action": action, "_selected_action": [j.pk for j in jobs_]}
+    return admin_client.post(CHANGELIST_URL, data, follow=True)
+
+
+def test_pause_and_resume_actions(admin_client):
+    target = make_job("report")
+
+    paused = _act(admin_client, "pause", target)
+    target.refresh_from_db()
+    assert (target.enabled, target.periodic_task.enabled) == (False, False)
+    assert "Paused 1 job." in paused.content.decode()
+
+    resumed = _act(admin_client, "resume", target)
+    target.refresh_from_db()
+    assert (target.enabled, target.periodic_task.enabled) == (True, True)
+    assert "Resumed 1 job." in resumed.content.decode()
+
+
+def test_pause_is_not_an_edit(admin_client):
+    declared = make_job("report", managed_by_code=True)
+
+    _act(admin_client, "pause", declared)
+
+    declared.refresh_from_db()
+    assert declared.managed_by_code is True
+
+
+def test_release_lease_action(admin_client):
+    held = _job_with_history("report")
+
+    response = _act(admin_client, "release_lease", held)
+
+    assert "Released 1 lease(s)" in response.content.decode()
+    assert lease.acquire(held.lock_key, "someone-else", ttl=60).token == 2
+
+
+def test_run_now_action_records_a_manual_run(admin_client):
+    target = make_job("report")
+
+    response = _act(admin_client, "run_now", target)
+
+    run = JobRun.objects.get(job=target)
+    assert run.trigger == Trigger.MANUAL
+    assert f"#{run.pk}" in response.content.decode()
+
+
+def test_change_page_lists_recent_runs_read_only(admin_client):
+    busy = make_job("report")
+    start = timezone.now() - timedelta(hours=1)
+    JobRun.objects.bulk_create(
+        JobRun(job=busy, scheduled_for=start + timedelta(minutes=i)) for i in range(25)
+    )
+
+    response = admin_client.get(change_url(busy))
+
+    assert response.status_code == 200
+    (inline,) = response.context["inline_admin_formsets"]
+    assert len(inline.formset.forms) == 20
+    assert not inline.has_add_permission
+    assert not inline.has_change_permission
+    newest = inline.formset.forms[0].instance
+    assert newest.scheduled_for == start + timedelta(minutes=24)
+
+
+# --- read-only pages -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [JobRun, Lease, Node])
+def test_history_pages_render_and_refuse_add(admin_client, model):
+    _job_with_history("report")
+    now = timezone.now()
+    Node.objects.create(name="w1@host", host="host", pid=42, started_at=now, last_heartbeat=now)
+    info = (model._meta.app_label, model._meta.model_name)
+
+    listing = admin_client.get(reverse("admin:{}_{}_changelist".format(*info)))
+    adding = admin_client.get(reverse("admin:{}_{}_add".format(*info)))
+
+    assert listing.status_code == 200
+    assert adding.status_code == 403
+    model_admin = admin.site.get_model_admin(model)
+    request = listing.wsgi_request
+    assert not model_admin.has_add_permission(request)
+    assert not model_admin.has_change_permission(request)
+    assert not model_admin.has_delete_permission(request)
+
+
+def test_run_detail_shows_error_traceback_and_job_link(admin_client):
+    failed = make_job("report")
+    run = JobRun.objects.create(
+        job=failed,
+        scheduled_for=timezone.now(),
+        status=RunStatus.FAILED,
+        error="ValueError: boom",
+        traceback='Traceback (most recent call last):\n  File "x.py"\nValueError: boom',
+    )
+
+    response = admin_client.get(reverse("admin:jobs_jobrun_change", args=[run.pk]))
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "ValueError: boom" in page
+    assert "<pre" in page
+    assert change_url(failed) in page
+
+
+def test_lease_list_says_whether_each_lease_is_valid(admin_client):
+    lease.acquire("job:live", "w1", ttl=60)
+    gone = lease.acquire("job:gone", "w2", ttl=60)
+    lease.release(gone)
+
+    response = admin_client.get(reverse("admin:jobs_lease_changelist"))
+
+    rows = {row.key: row.is_live for row in response.context["cl"].result_list}
+    assert rows == {"job:live": True, "job:gone": False}
+
+
+def test_beat_models_are_not_in_the_admin():
+    for model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule, ClockedSchedule):
+        assert not admin.site.is_registered(model)
