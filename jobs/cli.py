@@ -2,8 +2,9 @@
 
 Every error the CLI reports is one line, ``jobs VERB: error: FLAG: what is wrong``, and carries
 its exit status: ``USAGE`` (2) for bad flags, bad values and jobs the services reject,
-``NOT_FOUND`` (1) for names that do not exist. Django's parser prints its usage before an error
-and says "CommandError:" in front of it; scripts and people want the one line.
+``RUNTIME`` (1) for what only running could tell, such as a job name that does not exist.
+Django's parser prints its usage before an error and says "CommandError:"
+in front of it; scripts and people want the one line.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import argparse
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import suppress
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -22,10 +22,17 @@ from django.core.management.base import CommandError, CommandParser
 from jobs import beat_link
 from jobs.models import Job, JobRun, Lease, Node
 from jobs.registry import POLICY_FIELDS, JobSpec
-from jobs.schedules import describe, parse_duration, parse_instant, validate_cron, validate_timezone
+from jobs.schedules import (
+    describe,
+    parse_duration,
+    parse_instant,
+    parse_interval,
+    validate_cron,
+    validate_timezone,
+)
 
 USAGE = 2
-NOT_FOUND = 1
+RUNTIME = 1
 
 # Policy fields in the model's order, so flags, records and help read the same way everywhere.
 POLICIES: tuple[str, ...] = tuple(f.name for f in Job._meta.fields if f.name in POLICY_FIELDS)
@@ -85,8 +92,12 @@ class CliError(CommandError):
         super().__init__(f"{prefix}: error: {' '.join(detail.split())}", returncode=returncode)
 
 
+class ParseError(CliError):
+    """Raised while the command line is parsed, before Django's own error handling is in place."""
+
+
 class CliParser(CommandParser):
-    """The parser of ``jobs`` and of each verb: errors become a ``CliError`` (never usage text
+    """The parser of ``jobs`` and of each verb: errors become a ``ParseError`` (never usage text
     and ``SystemExit``), whether called from a shell or through ``call_command``."""
 
     verb: str | None = None
@@ -110,7 +121,7 @@ class CliParser(CommandParser):
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
-        raise CliError(self.verb, message.removeprefix("argument "))
+        raise ParseError(self.verb, message.removeprefix("argument "))
 
 
 def validation_detail(exc: ValidationError, flags: Mapping[str, str] = FIELD_FLAGS) -> str:
@@ -143,35 +154,18 @@ def argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
     return convert
 
 
-def _signed_duration(text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except ValueError:
-        # parse_duration reads "-5s" as no duration at all; the real problem is the sign.
-        if text.strip().startswith("-"):
-            with suppress(ValueError):
-                return -parse_duration(text.strip()[1:])
-        raise
-
-
-def whole_seconds(text: str, what: str = "the duration") -> int:
+@argument_type
+def duration(text: str) -> int:
     """``"90s"``, ``"5m"``, ``"1h30m"`` or ``"30"`` as a positive whole number of seconds."""
-    seconds = _signed_duration(text).total_seconds()
+    seconds = parse_duration(text).total_seconds()
     if seconds <= 0:
-        raise ValueError(f"{text!r}: {what} must be positive")
+        raise ValueError(f"{text!r}: the duration must be positive")
     if seconds != int(seconds):
-        raise ValueError(f"{text!r}: {what} must be a whole number of seconds")
+        raise ValueError(f"{text!r}: the duration must be a whole number of seconds")
     return int(seconds)
 
 
-@argument_type
-def duration(text: str) -> int:
-    return whole_seconds(text)
-
-
-@argument_type
-def interval(text: str) -> int:
-    return whole_seconds(text, "the interval")
+interval = argument_type(parse_interval)
 
 
 @argument_type
@@ -256,8 +250,8 @@ def task_record(spec: JobSpec) -> dict[str, object]:
     return {"name": spec.name, "summary": spec.summary, "schedule": schedule}
 
 
-def to_json(data: object) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False)
+def to_json(data: object, indent: int | None = 2) -> str:
+    return json.dumps(data, indent=indent, ensure_ascii=False)
 
 
 # --- human output ---------------------------------------------------------------------------
@@ -280,7 +274,9 @@ def cell(value: object) -> str:
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """Columns aligned on the widest cell, two spaces apart."""
     cells = [[cell(value) for value in row] for row in rows]
-    widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
+    widths = [
+        max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)
+    ]
     lines = [headers, *cells]
     return "\n".join(
         "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()

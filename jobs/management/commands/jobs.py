@@ -1,0 +1,338 @@
+"""``manage.py jobs <verb>``: add, inspect and operate jobs from a shell or a script.
+
+Every change goes through ``jobs.services``, like the admin's and the API's, so validation and
+the beat entry are the same whichever edge made it. Parsing, error lines and output formats are
+in ``jobs.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    DjangoHelpFormatter,
+)
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models.functions import Now
+
+from jobs import cli, registry, services
+from jobs.exceptions import JobNotFound
+from jobs.models import CatchUp, Job, JobRun, Lease, Node, OnLost, Overlap, RunStatus
+from jobs.schedules import At, Cron, Schedule, describe
+
+VERBS = (
+    "add",
+    "list",
+    "show",
+    "run",
+    "pause",
+    "resume",
+    "remove",
+    "runs",
+    "nodes",
+    "leases",
+    "tasks",
+)
+
+EXIT_STATUS = """\
+exit status:
+  0  done
+  1  runtime error: no job with that name (show, run, pause, resume, remove, runs JOB)
+  2  usage or validation error: an unknown, missing or conflicting flag, a bad value, or a job
+     the services reject (unknown task, duplicate name, bad cron or time zone, bad arguments)
+Errors are one line on stderr: "jobs VERB: error: FLAG: what is wrong".
+Django's common options (--settings, --traceback, -v) go before the verb."""
+
+SCHEDULE_RELATED = ("periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked")
+
+# How each policy flag of `add` reads its value; the model validates ranges, so the rule for a
+# value lives in one place. A policy missing here still works, read as text.
+POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "overlap": {"choices": Overlap.values},
+    "start_deadline": {"type": cli.duration, "metavar": "DURATION"},
+    "catch_up": {"choices": CatchUp.values},
+    "on_lost": {"choices": OnLost.values},
+    "max_retries": {"type": int, "metavar": "N"},
+    "retry_backoff": {"type": cli.duration, "metavar": "DURATION"},
+    "soft_time_limit": {"type": cli.duration, "metavar": "DURATION"},
+    "time_limit": {"type": cli.duration, "metavar": "DURATION"},
+    "lease_ttl": {"type": cli.duration, "metavar": "DURATION"},
+    "queue": {"metavar": "QUEUE"},
+    "priority": {"type": int, "metavar": "0-9"},
+}
+
+
+class _HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Django's option order, with the exit-status table kept as written."""
+
+
+class Command(BaseCommand):
+    help = "Add, list, show, trigger, pause, resume and remove jobs; list runs, nodes, leases."
+    missing_args_message = f"give a verb: {', '.join(VERBS)}"
+
+    # --- parser -----------------------------------------------------------------------------
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        kwargs.setdefault("epilog", EXIT_STATUS)
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # Django always builds a plain CommandParser. Ours adds no state that this parser
+        # lacks, only behaviour: a missing or unknown verb is reported in one line too.
+        parser.__class__ = cli.CliParser
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        verbs = parser.add_subparsers(
+            dest="verb", metavar="VERB", required=True, parser_class=cli.CliParser
+        )
+        self._add_add(verbs)
+        self._add_listing(verbs, "list", "List jobs with their schedule and state.")
+        show = verbs.add_parser(
+            "show", verb="show", help="Show one job: schedule, policies, arguments."
+        )
+        show.add_argument("name", metavar="NAME")
+        show.add_argument("--json", action="store_true", help="Print a JSON object.")
+        for verb, text in (
+            ("run", "Trigger a run now, outside the schedule; prints the new run's id."),
+            ("pause", "Pause a job: no new slots until it is resumed."),
+            ("resume", "Resume a paused job."),
+            ("remove", "Delete a job, its beat entry and its run history."),
+        ):
+            verbs.add_parser(verb, verb=verb, help=text).add_argument("name", metavar="NAME")
+        runs = self._add_listing(verbs, "runs", "List runs, newest slot first.")
+        runs.add_argument("job", metavar="JOB", nargs="?", help="Only the runs of this job.")
+        runs.add_argument("--status", choices=RunStatus.values, help="Only runs in this state.")
+        runs.add_argument(
+            "--limit", type=cli.positive_int, default=50, metavar="N", help="At most N (50)."
+        )
+        self._add_listing(verbs, "nodes", "List worker nodes and their last heartbeat.")
+        self._add_listing(verbs, "leases", "List leases; LIVE is by the database clock.")
+        self._add_listing(
+            verbs, "tasks", "List registered job functions and their declared schedule."
+        )
+
+    def _add_listing(self, verbs: Any, verb: str, text: str) -> CommandParser:
+        parser: CommandParser = verbs.add_parser(verb, verb=verb, help=text, description=text)
+        parser.add_argument("--json", action="store_true", help="Print a JSON list.")
+        return parser
+
+    def _add_add(self, verbs: Any) -> None:
+        add: CommandParser = verbs.add_parser(
+            "add",
+            verb="add",
+            help="Add a job: a registered task, one schedule, and policies.",
+            description="Add a job. Durations: 30s, 5m, 1h30m, 2d (whole seconds).",
+        )
+        add.add_argument("name", metavar="NAME", help="Unique job name.")
+        add.add_argument("--task", required=True, help="Registered job function (see `tasks`).")
+        schedule = add.add_mutually_exclusive_group(required=True)
+        schedule.add_argument(
+            "--every", type=cli.interval, metavar="DURATION", help="Every interval, e.g. 10s."
+        )
+        schedule.add_argument(
+            "--cron", type=cli.cron, metavar='"M H DOM MON DOW"', help="Five cron fields."
+        )
+        schedule.add_argument("--at", type=cli.instant, metavar="ISO", help="Once, at this time.")
+        schedule.add_argument("--continuous", action="store_true", help="Always on one node.")
+        add.add_argument("--tz", type=cli.timezone_name, help="Time zone of --cron (UTC).")
+        # Not dest "args": Django takes that option for the command's positional arguments.
+        add.add_argument(
+            "--args", dest="job_args", type=cli.json_value, metavar="JSON", help="A JSON list."
+        )
+        add.add_argument(
+            "--kwargs", dest="job_kwargs", type=cli.json_value, metavar="JSON", help="JSON object."
+        )
+        add.add_argument("--paused", action="store_true", help="Add it paused.")
+        for model_field in Job._meta.fields:
+            if model_field.name not in cli.POLICIES:
+                continue
+            default = model_field.get_default() if model_field.has_default() else None
+            suffix = "" if default is None else f" (default: {default})"
+            add.add_argument(
+                cli.policy_flag(model_field.name),
+                help=f"{model_field.help_text}{suffix}",
+                **POLICY_ARGUMENTS.get(model_field.name, {}),
+            )
+
+    # --- errors -----------------------------------------------------------------------------
+    def run_from_argv(self, argv: list[str]) -> None:
+        try:
+            super().run_from_argv(argv)
+        except cli.ParseError as exc:
+            # Django parses outside its own error handler; parse errors come out here.
+            self._exit(exc)
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            # Django would print "CommandError: ..."; the contract is the bare line.
+            if getattr(self, "_called_from_command_line", False) and not options.get("traceback"):
+                self._exit(exc)
+            raise
+
+    def _exit(self, exc: CommandError) -> NoReturn:
+        self.stderr.write(str(exc))
+        sys.exit(exc.returncode)
+
+    # --- verbs ------------------------------------------------------------------------------
+    def handle(self, *args: Any, **options: Any) -> None:
+        verb = options["verb"]
+        handler = getattr(self, f"_verb_{verb}")
+        try:
+            handler(options)
+        except JobNotFound as exc:
+            raise cli.CliError(verb, str(exc), returncode=cli.RUNTIME) from None
+
+    def _verb_add(self, options: dict[str, Any]) -> None:
+        schedule = _schedule(options)
+        soft, hard = options["soft_time_limit"], options["time_limit"]
+        if soft is not None and hard is not None and soft >= hard:
+            # The model's check constraint says only its own name; say which flags clash.
+            raise cli.CliError("add", f"--soft-time-limit: must be below --time-limit ({hard}s)")
+        definition = services.JobDefinition(
+            name=options["name"],
+            task=options["task"],
+            schedule=schedule,
+            args=[] if options["job_args"] is None else options["job_args"],
+            kwargs={} if options["job_kwargs"] is None else options["job_kwargs"],
+            enabled=not options["paused"],
+            policies={f: options[f] for f in cli.POLICIES if options[f] is not None},
+        )
+        try:
+            job = services.create_job(definition)
+        except ValidationError as exc:
+            raise cli.CliError("add", cli.validation_detail(exc)) from None
+        state = "" if job.enabled else ", paused"
+        self.stdout.write(f"added job {job.name}: {describe(schedule)}{state}")
+
+    def _verb_list(self, options: dict[str, Any]) -> None:
+        jobs = list(Job.objects.select_related(*SCHEDULE_RELATED))
+        if options["json"]:
+            self._json([cli.job_record(job) for job in jobs])
+            return
+        rows = [
+            (
+                job.name,
+                job.task,
+                cli.job_schedule(job),
+                "enabled" if job.enabled else "paused",
+                job.overlap,
+                job.queue,
+            )
+            for job in jobs
+        ]
+        self._table(("NAME", "TASK", "SCHEDULE", "STATE", "OVERLAP", "QUEUE"), rows, "jobs")
+
+    def _verb_show(self, options: dict[str, Any]) -> None:
+        record = cli.job_record(services.get_job(options["name"]))
+        if options["json"]:
+            self._json(record)
+            return
+        for key in ("args", "kwargs"):
+            record[key] = cli.to_json(record[key], indent=None)
+        width = max(len(key) for key in record)
+        for key, value in record.items():
+            self.stdout.write(f"{key.ljust(width)}  {cli.cell(value)}")
+
+    def _verb_run(self, options: dict[str, Any]) -> None:
+        # A broker outage is logged, not raised: the run is recorded and stays scheduled.
+        run = services.run_now(options["name"])
+        self.stdout.write(str(run.pk))
+
+    def _verb_pause(self, options: dict[str, Any]) -> None:
+        self.stdout.write(f"paused {services.pause(options['name']).name}")
+
+    def _verb_resume(self, options: dict[str, Any]) -> None:
+        self.stdout.write(f"resumed {services.resume(options['name']).name}")
+
+    def _verb_remove(self, options: dict[str, Any]) -> None:
+        services.remove(options["name"])
+        self.stdout.write(f"removed {options['name']}")
+
+    def _verb_runs(self, options: dict[str, Any]) -> None:
+        runs = JobRun.objects.select_related("job")
+        if options["job"] is not None:
+            runs = runs.filter(job=services.get_job(options["job"]))
+        if options["status"] is not None:
+            runs = runs.filter(status=options["status"])
+        selected = list(runs[: options["limit"]])
+        if options["json"]:
+            self._json([cli.run_record(run) for run in selected])
+            return
+        rows = [
+            (
+                run.pk,
+                run.job.name,
+                run.scheduled_for,
+                run.status,
+                run.trigger,
+                run.attempt,
+                run.node,
+                run.started_at,
+                None if run.duration is None else f"{run.duration:.1f}s",
+                cli.first_line(run.error),
+            )
+            for run in selected
+        ]
+        headers = ("ID", "JOB", "SLOT", "STATUS", "TRIGGER", "ATTEMPT", "NODE", "STARTED")
+        self._table((*headers, "DURATION", "ERROR"), rows, "runs")
+
+    def _verb_nodes(self, options: dict[str, Any]) -> None:
+        nodes = list(Node.objects.all())
+        if options["json"]:
+            self._json([cli.node_record(node) for node in nodes])
+            return
+        rows = [
+            (n.name, n.host, n.pid, n.state, n.queues, n.concurrency, n.version, n.last_heartbeat)
+            for n in nodes
+        ]
+        headers = ("NAME", "HOST", "PID", "STATE", "QUEUES", "CONCURRENCY", "VERSION")
+        self._table((*headers, "LAST HEARTBEAT"), rows, "nodes")
+
+    def _verb_leases(self, options: dict[str, Any]) -> None:
+        # Validity by the database clock, as the lease itself is judged (never this node's).
+        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
+        leases = list(Lease.objects.annotate(live=live))
+        if options["json"]:
+            self._json([cli.lease_record(lease) for lease in leases])
+            return
+        rows = [
+            (lease.key, lease.holder, lease.token, lease.acquired_at, lease.expires_at, lease.live)
+            for lease in leases
+        ]
+        headers = ("KEY", "HOLDER", "TOKEN", "ACQUIRED", "EXPIRES", "LIVE")
+        self._table(headers, rows, "leases")
+
+    def _verb_tasks(self, options: dict[str, Any]) -> None:
+        records = [cli.task_record(spec) for spec in registry.specs()]
+        if options["json"]:
+            self._json(records)
+            return
+        rows = [(r["name"], r["schedule"], r["summary"]) for r in records]
+        self._table(("NAME", "SCHEDULE", "SUMMARY"), rows, "registered job functions")
+
+    # --- output -----------------------------------------------------------------------------
+    def _json(self, data: object) -> None:
+        self.stdout.write(cli.to_json(data))
+
+    def _table(self, headers: tuple[str, ...], rows: list[tuple[Any, ...]], what: str) -> None:
+        self.stdout.write(cli.table(headers, rows) if rows else f"no {what}")
+
+
+def _schedule(options: dict[str, Any]) -> Schedule | None:
+    """The one schedule flag given (argparse enforces exactly one); ``None`` is continuous."""
+    if options["tz"] is not None and options["cron"] is None:
+        raise cli.CliError("add", "--tz: only applies to --cron")
+    if options["every"] is not None:
+        return options["every"]  # already an Every
+    if options["cron"] is not None:
+        return Cron(expr=options["cron"], tz=options["tz"] or "UTC")
+    if options["at"] is not None:
+        return At(when=options["at"])
+    return None

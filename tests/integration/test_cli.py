@@ -1,0 +1,675 @@
+"""``manage.py jobs <verb>`` against real PostgreSQL: what it creates, what it prints, and the
+one-line errors with their exit status (2 usage/validation, 1 not found)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from kombu.exceptions import OperationalError as BrokerUnreachable
+from pytest_django import DjangoCaptureOnCommitCallbacks
+
+from jobs import dispatch, job, lease
+from jobs.context import JobContext
+from jobs.models import Job, JobRun, Node, RunStatus, Trigger
+
+MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
+
+JOB_KEYS = {
+    "name",
+    "task",
+    "kind",
+    "enabled",
+    "schedule",
+    "overlap",
+    "start_deadline",
+    "catch_up",
+    "on_lost",
+    "max_retries",
+    "retry_backoff",
+    "soft_time_limit",
+    "time_limit",
+    "lease_ttl",
+    "queue",
+    "priority",
+    "args",
+    "kwargs",
+}
+RUN_KEYS = {
+    "id",
+    "job",
+    "scheduled_for",
+    "status",
+    "trigger",
+    "attempt",
+    "fencing_token",
+    "node",
+    "pid",
+    "started_at",
+    "finished_at",
+    "error",
+}
+LEASE_KEYS = {"key", "holder", "token", "acquired_at", "expires_at"}
+NODE_KEYS = {
+    "name",
+    "host",
+    "pid",
+    "queues",
+    "concurrency",
+    "version",
+    "state",
+    "started_at",
+    "last_heartbeat",
+}
+
+
+@job("tests.cli_example")
+def cli_example(ctx: JobContext, city: str = "Paris") -> str:
+    """Greets a city, for the CLI tests.
+
+    More lines that the tasks listing leaves out.
+    """
+    return f"hello {city}"
+
+
+def jobs(*args: str) -> str:
+    out = io.StringIO()
+    call_command("jobs", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def jobs_json(*args: str) -> Any:
+    return json.loads(jobs(*args, "--json"))
+
+
+def jobs_error(*args: str) -> CommandError:
+    with pytest.raises(CommandError) as info:
+        jobs(*args)
+    return info.value
+
+
+def add(name: str, *flags: str) -> Job:
+    jobs("add", name, "--task", "tests.cli_example", *flags)
+    return Job.objects.select_related("periodic_task").get(name=name)
+
+
+# --- add: one schedule of each kind -------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_add_every_creates_the_job_and_an_interval_beat_entry() -> None:
+    out = jobs("add", "report", "--task", "tests.cli_example", "--every", "10s")
+    job = Job.objects.get(name="report")
+    assert out == "added job report: every 10 seconds\n"
+    assert (job.task, job.kind, job.enabled) == ("tests.cli_example", "periodic", True)
+    assert job.managed_by_code is False  # an operator's job: code declarations never touch it
+    assert job.periodic_task is not None
+    interval = job.periodic_task.interval
+    assert interval is not None
+    assert (interval.every, interval.period) == (10, IntervalSchedule.SECONDS)
+    assert job.periodic_task.enabled and job.periodic_task.task == "tests.cli_example"
+
+
+@pytest.mark.django_db
+def test_add_cron_stores_the_fields_and_the_time_zone() -> None:
+    job = add("nightly", "--cron", "30 2 * * *", "--tz", "Europe/Paris")
+    assert job.periodic_task is not None
+    crontab = job.periodic_task.crontab
+    assert crontab is not None
+    fields = (
+        crontab.minute,
+        crontab.hour,
+        crontab.day_of_month,
+        crontab.month_of_year,
+        crontab.day_of_week,
+    )
+    assert fields == ("30", "2", "*", "*", "*")
+    assert str(crontab.timezone) == "Europe/Paris"
+    assert job.periodic_task.interval is None and job.periodic_task.clocked is None
+
+
+@pytest.mark.django_db
+def test_add_cron_without_tz_is_utc() -> None:
+    job = add("hourly", "--cron", "0 * * * *")
+    assert job.periodic_task is not None and job.periodic_task.crontab is not None
+    assert str(job.periodic_task.crontab.timezone) == "UTC"
+
+
+@pytest.mark.django_db
+def test_add_at_creates_a_one_off_clocked_entry() -> None:
+    job = add("once", "--at", "2030-01-01T10:00:00+01:00")
+    assert job.periodic_task is not None and job.periodic_task.clocked is not None
+    assert job.periodic_task.clocked.clocked_time == datetime(2030, 1, 1, 9, tzinfo=UTC)
+    assert job.periodic_task.one_off is True
+
+
+@pytest.mark.django_db
+def test_add_continuous_has_no_beat_entry() -> None:
+    job = add("poller", "--continuous")
+    assert job.kind == "continuous"
+    assert job.periodic_task is None
+    assert not PeriodicTask.objects.filter(name="job:poller").exists()
+
+
+@pytest.mark.django_db
+def test_add_sets_every_policy_arguments_and_paused() -> None:
+    job = add(
+        "tuned",
+        "--every", "1m",
+        "--kwargs", '{"city": "Lyon"}',
+        "--paused",
+        "--overlap", "wait",
+        "--start-deadline", "60s",
+        "--catch-up", "none",
+        "--on-lost", "retry",
+        "--max-retries", "3",
+        "--retry-backoff", "1m",
+        "--soft-time-limit", "30s",
+        "--time-limit", "1m",
+        "--lease-ttl", "45s",
+        "--queue", "reports",
+        "--priority", "7",
+    )  # fmt: skip
+    assert job.kwargs == {"city": "Lyon"} and job.args == []
+    assert job.enabled is False
+    policies = (
+        job.overlap,
+        job.start_deadline,
+        job.catch_up,
+        job.on_lost,
+        job.max_retries,
+        job.retry_backoff,
+        job.soft_time_limit,
+        job.time_limit,
+        job.lease_ttl,
+        job.queue,
+        job.priority,
+    )
+    assert policies == ("wait", 60, "none", "retry", 3, 60, 30, 60, 45, "reports", 7)
+    assert job.periodic_task is not None
+    assert job.periodic_task.enabled is False and job.periodic_task.queue == "reports"
+    assert job.managed_by_code is False
+
+
+@pytest.mark.django_db
+def test_add_accepts_positional_args() -> None:
+    job = add("lyon", "--every", "10s", "--args", '["Lyon"]')
+    assert job.args == ["Lyon"]
+
+
+# --- errors: one line naming the flag, exit status 2 --------------------------------------
+
+BAD_ADD_INPUT = [
+    pytest.param(
+        ["--cron", "61 * * * *"],
+        "jobs add: error: --cron: '61 * * * *' is not a valid cron expression",
+        id="bad-cron",
+    ),
+    pytest.param(
+        ["--cron", "* * *"],
+        "jobs add: error: --cron: '* * *' is not a cron expression: give five fields",
+        id="cron-with-three-fields",
+    ),
+    pytest.param(
+        ["--every", "-5s"],
+        "jobs add: error: --every: '-5s': the interval must be positive",
+        id="negative-interval",
+    ),
+    pytest.param(
+        ["--every", "0s"],
+        "jobs add: error: --every: '0s': the interval must be positive",
+        id="zero-interval",
+    ),
+    pytest.param(
+        ["--every", "soon"],
+        "jobs add: error: --every: 'soon' is not a duration",
+        id="interval-not-a-duration",
+    ),
+    pytest.param(
+        ["--every", "10s", "--args", "[1,"],
+        "jobs add: error: --args: '[1,' is not valid JSON",
+        id="malformed-json-args",
+    ),
+    pytest.param(
+        ["--every", "10s", "--args", '{"city": "Lyon"}'],
+        "jobs add: error: --args: Positional arguments must be a JSON list",
+        id="args-not-a-list",
+    ),
+    pytest.param(
+        ["--every", "10s", "--kwargs", '{"town": "Lyon"}'],
+        "jobs add: error: --kwargs: tests.cli_example cannot take them",
+        id="kwargs-the-function-does-not-take",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "Mars/Olympus"],
+        "jobs add: error: --tz: 'Mars/Olympus' is not a known time zone",
+        id="bad-tz",
+    ),
+    pytest.param(
+        ["--every", "10s", "--tz", "Europe/Paris"],
+        "jobs add: error: --tz: only applies to --cron",
+        id="tz-without-cron",
+    ),
+    pytest.param(
+        ["--every", "10s", "--cron", "0 * * * *"],
+        "jobs add: error: --cron: not allowed with argument --every",
+        id="two-schedules",
+    ),
+    pytest.param(
+        [],
+        "jobs add: error: one of the arguments --every --cron --at --continuous is required",
+        id="no-schedule",
+    ),
+    pytest.param(
+        ["--at", "tomorrow"],
+        "jobs add: error: --at: 'tomorrow' is not an ISO 8601 time",
+        id="bad-instant",
+    ),
+    pytest.param(
+        ["--every", "10s", "--overlap", "sometimes"],
+        "jobs add: error: --overlap: invalid choice: 'sometimes'",
+        id="unknown-policy-value",
+    ),
+    pytest.param(
+        ["--every", "10s", "--catch-up", "all"],
+        "jobs add: error: --catch-up: invalid choice: 'all'",
+        id="unknown-catch-up",
+    ),
+    pytest.param(
+        ["--every", "10s", "--start-deadline", "-1m"],
+        "jobs add: error: --start-deadline: '-1m': the duration must be positive",
+        id="negative-duration",
+    ),
+    pytest.param(
+        ["--every", "10s", "--lease-ttl", "1500ms"],
+        "jobs add: error: --lease-ttl: '1500ms': the duration must be a whole number of seconds",
+        id="fractional-duration",
+    ),
+    pytest.param(
+        ["--every", "1500ms"],
+        "jobs add: error: --every: '1500ms': the interval must be a whole number of seconds",
+        id="fractional-interval",
+    ),
+    pytest.param(
+        ["--every", "10s", "--retry-backoff", "600w"],
+        "jobs add: error: --retry-backoff: '600w' is too long: at most 3650 days",
+        id="duration-too-long",
+    ),
+    pytest.param(
+        ["--every", "10s", "--lease-ttl", "2s"],
+        "jobs add: error: --lease-ttl: Ensure this value is greater than or equal to 3.",
+        id="lease-ttl-below-the-model-minimum",
+    ),
+    pytest.param(
+        ["--every", "10s", "--priority", "12"],
+        "jobs add: error: --priority: Ensure this value is less than or equal to 9.",
+        id="priority-out-of-range",
+    ),
+    pytest.param(
+        ["--every", "10s", "--max-retries", "many"],
+        "jobs add: error: --max-retries: invalid int value: 'many'",
+        id="max-retries-not-a-number",
+    ),
+    pytest.param(
+        ["--every", "10s", "--soft-time-limit", "1m", "--time-limit", "30s"],
+        "jobs add: error: --soft-time-limit: must be below --time-limit (30s)",
+        id="soft-limit-above-hard",
+    ),
+    pytest.param(
+        ["--every", "10s", "--colour", "red"],
+        "jobs add: error: unrecognized arguments: --colour red",
+        id="unknown-flag",
+    ),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("flags", "message"), BAD_ADD_INPUT)
+def test_bad_add_input_is_one_line_naming_the_flag_with_status_2(
+    flags: list[str], message: str
+) -> None:
+    error = jobs_error("add", "x", "--task", "tests.cli_example", *flags)
+    assert str(error).startswith(message)
+    assert "\n" not in str(error)
+    assert error.returncode == 2
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_add_reports_every_rejected_field_on_the_same_line() -> None:
+    error = jobs_error(
+        "add", "x", "--task", "tests.cli_example", "--every", "1s",
+        "--lease-ttl", "1s", "--priority", "10",
+    )  # fmt: skip
+    assert str(error) == (
+        "jobs add: error: --lease-ttl: Ensure this value is greater than or equal to 3.; "
+        "--priority: Ensure this value is less than or equal to 9."
+    )
+
+
+@pytest.mark.django_db
+def test_add_an_unknown_task() -> None:
+    error = jobs_error("add", "x", "--task", "nope.missing", "--every", "10s")
+    assert str(error).startswith(
+        "jobs add: error: --task: 'nope.missing' is not a registered job function (known: "
+    )
+    assert "tests.cli_example" in str(error)
+    assert error.returncode == 2
+
+
+@pytest.mark.django_db
+def test_add_without_task() -> None:
+    error = jobs_error("add", "x", "--every", "10s")
+    assert str(error) == "jobs add: error: the following arguments are required: --task"
+    assert error.returncode == 2
+
+
+@pytest.mark.django_db
+def test_add_a_duplicate_name() -> None:
+    add("report", "--every", "10s")
+    error = jobs_error("add", "report", "--task", "tests.cli_example", "--cron", "0 * * * *")
+    assert str(error) == "jobs add: error: NAME: Job with this Name already exists."
+    assert error.returncode == 2
+    job = Job.objects.get(name="report")
+    assert job.periodic_task is not None and job.periodic_task.interval is not None
+
+
+@pytest.mark.django_db
+def test_add_an_empty_name() -> None:
+    error = jobs_error("add", "", "--task", "tests.cli_example", "--every", "10s")
+    assert str(error) == "jobs add: error: NAME: This field cannot be blank."
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "jobs: error: give a verb: add, list, show, run, pause, resume, remove, runs,"),
+        (["frobnicate"], "jobs: error: VERB: invalid choice: 'frobnicate'"),
+        (["list", "--limit", "3"], "jobs list: error: unrecognized arguments: --limit 3"),
+        (["runs", "--limit", "0"], "jobs runs: error: --limit: '0': must be at least 1"),
+        (["runs", "--status", "done"], "jobs runs: error: --status: invalid choice: 'done'"),
+        (["show"], "jobs show: error: the following arguments are required: NAME"),
+    ],
+)
+def test_usage_errors_of_other_verbs(args: list[str], message: str) -> None:
+    error = jobs_error(*args)
+    assert str(error).startswith(message)
+    assert error.returncode == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("verb", ["show", "run", "pause", "resume", "remove", "runs"])
+def test_an_unknown_job_name_is_status_1(verb: str) -> None:
+    error = jobs_error(verb, "ghost")
+    assert str(error) == f"jobs {verb}: error: no job named 'ghost'"
+    assert error.returncode == 1
+
+
+# --- errors from a real shell: one line on stderr, no traceback ---------------------------
+
+
+def _manage(*args: str) -> subprocess.CompletedProcess[str]:
+    # The child reaches the non-test database of DATABASE_URL: only cases that fail while
+    # parsing, before any query, belong here.
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}
+    return subprocess.run(
+        [sys.executable, str(MANAGE_PY), "jobs", *args],
+        env=env,
+        cwd=MANAGE_PY.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["add", "x", "--every", "-5s"],
+        ["add", "x", "--task", "t", "--every", "10s", "--cron", "0 * * * *"],
+        ["add", "x", "--task", "t", "--cron", "0 * * * *", "--tz", "Mars/Olympus"],
+        ["add", "x", "--task", "t", "--every", "10s", "--overlap", "sometimes"],
+        ["frobnicate"],
+    ],
+    ids=["negative-interval", "two-schedules", "bad-tz", "unknown-policy-value", "unknown-verb"],
+)
+def test_a_shell_gets_the_same_single_line_and_status_2(args: list[str]) -> None:
+    result = _manage(*args)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.rstrip("\n") == str(jobs_error(*args))
+
+
+def test_a_shell_gets_the_example_line_of_the_issue() -> None:
+    result = _manage("add", "x", "--every", "-5s")
+    assert result.stderr == "jobs add: error: --every: '-5s': the interval must be positive\n"
+
+
+def test_help_documents_the_exit_status() -> None:
+    result = _manage("--help")
+    assert result.returncode == 0
+    assert "exit status:" in result.stdout and "2  usage or validation error" in result.stdout
+
+
+# --- listings: --json contract keys and human tables --------------------------------------
+
+
+@pytest.mark.django_db
+def test_list_json_has_one_object_per_job_with_the_contract_keys() -> None:
+    add("a-report", "--every", "10s", "--kwargs", '{"city": "Lyon"}')
+    add("b-nightly", "--cron", "30 2 * * *", "--tz", "Europe/Paris", "--paused")
+    add("c-poller", "--continuous")
+    records = jobs_json("list")
+    assert isinstance(records, list)
+    assert [set(record) for record in records] == [JOB_KEYS] * 3
+    first, second, third = records
+    assert first["name"] == "a-report" and first["schedule"] == "every 10 seconds"
+    assert first["kwargs"] == {"city": "Lyon"} and first["args"] == []
+    assert first["start_deadline"] == 300 and first["priority"] is None
+    assert second["enabled"] is False and second["schedule"] == "At 02:30 AM (Europe/Paris)"
+    assert third["kind"] == "continuous" and third["schedule"] == "continuous"
+
+
+@pytest.mark.django_db
+def test_list_prints_an_aligned_table() -> None:
+    add("report", "--every", "10s")
+    add("nightly-long-name", "--cron", "30 2 * * *", "--paused")
+    lines = jobs("list").splitlines()
+    assert lines[0].split() == ["NAME", "TASK", "SCHEDULE", "STATE", "OVERLAP", "QUEUE"]
+    assert lines[1].startswith("nightly-long-name  tests.cli_example  At 02:30 AM (UTC)")
+    assert lines[2].startswith("report             tests.cli_example  every 10 seconds ")
+    assert "paused" in lines[1] and "enabled" in lines[2]
+    # Aligned: every column starts at the same offset on every line.
+    assert {line.index("tests.cli_example") for line in lines[1:]} == {lines[0].index("TASK")}
+
+
+@pytest.mark.django_db
+def test_empty_listings_say_so() -> None:
+    assert jobs("list") == "no jobs\n"
+    assert jobs("runs") == "no runs\n"
+    assert jobs("nodes") == "no nodes\n"
+    assert jobs("leases") == "no leases\n"
+    assert jobs_json("list") == []
+
+
+@pytest.mark.django_db
+def test_show_json_is_one_object_and_text_is_one_field_per_line() -> None:
+    add("report", "--every", "90s", "--args", '["Lyon"]', "--queue", "reports")
+    record = jobs_json("show", "report")
+    assert isinstance(record, dict) and set(record) == JOB_KEYS
+    assert record["schedule"] == "every 90 seconds" and record["args"] == ["Lyon"]
+    lines = jobs("show", "report").splitlines()
+    assert len(lines) == len(JOB_KEYS)
+    assert "schedule         every 90 seconds" in lines
+    assert 'args             ["Lyon"]' in lines
+    assert "priority         -" in lines
+
+
+@pytest.mark.django_db
+def test_runs_json_filters_by_job_and_status_and_limits() -> None:
+    report, other = add("report", "--every", "10s"), add("other", "--every", "10s")
+    now = timezone.now()
+    for minutes, status in ((3, RunStatus.SUCCEEDED), (2, RunStatus.FAILED), (1, "succeeded")):
+        JobRun.objects.create(
+            job=report,
+            scheduled_for=now - timedelta(minutes=minutes),
+            status=status,
+            trigger=Trigger.SCHEDULED,
+            started_at=now - timedelta(minutes=minutes),
+            finished_at=now - timedelta(minutes=minutes) + timedelta(seconds=2),
+            node="node-a@host",
+            pid=42,
+            fencing_token=minutes,
+            error="boom\ntraceback" if status == RunStatus.FAILED else "",
+        )
+    JobRun.objects.create(job=other, scheduled_for=now, trigger=Trigger.MANUAL)
+
+    records = jobs_json("runs")
+    assert isinstance(records, list) and len(records) == 4
+    assert all(set(record) == RUN_KEYS for record in records)
+    assert [record["job"] for record in records] == ["other", "report", "report", "report"]
+
+    succeeded = jobs_json("runs", "report", "--status", "succeeded")
+    assert isinstance(succeeded, list)
+    assert [record["fencing_token"] for record in succeeded] == [1, 3]  # newest slot first
+    newest = succeeded[0]
+    assert datetime.fromisoformat(newest["scheduled_for"]) == now - timedelta(minutes=1)
+    assert datetime.fromisoformat(newest["finished_at"]) == now + timedelta(seconds=-58)
+    assert (newest["node"], newest["pid"], newest["attempt"]) == ("node-a@host", 42, 1)
+    assert newest["trigger"] == "scheduled" and newest["status"] == "succeeded"
+
+    assert len(jobs_json("runs", "--limit", "2")) == 2
+
+    table = jobs("runs", "report", "--status", "failed").splitlines()
+    assert table[0].split()[:4] == ["ID", "JOB", "SLOT", "STATUS"]
+    assert len(table) == 2 and "failed" in table[1] and "2.0s" in table[1]
+    assert table[1].endswith("boom")  # the error's first line only
+
+
+@pytest.mark.django_db
+def test_nodes_json_has_the_contract_keys() -> None:
+    now = timezone.now()
+    Node.objects.create(
+        name="node-a@host",
+        host="host",
+        pid=1234,
+        queues=["default", "reports"],
+        concurrency=4,
+        version="0.1.0",
+        started_at=now - timedelta(hours=1),
+        last_heartbeat=now,
+    )
+    records = jobs_json("nodes")
+    assert isinstance(records, list) and len(records) == 1
+    (record,) = records
+    assert set(record) == NODE_KEYS
+    assert record["queues"] == ["default", "reports"] and record["state"] == "alive"
+    assert datetime.fromisoformat(record["last_heartbeat"]) == now
+    lines = jobs("nodes").splitlines()
+    assert lines[0].startswith("NAME") and "LAST HEARTBEAT" in lines[0]
+    assert "default,reports" in lines[1]
+
+
+@pytest.mark.django_db
+def test_leases_json_has_the_contract_keys_and_the_table_says_which_are_live() -> None:
+    held = lease.acquire("job:report", "node-a@host", ttl=30)
+    assert held is not None
+    lapsed = lease.acquire("job:old", "node-b@host", ttl=30)
+    assert lapsed is not None and lease.release(lapsed)
+    records = jobs_json("leases")
+    assert isinstance(records, list)
+    assert [set(record) for record in records] == [LEASE_KEYS] * 2
+    by_key = {record["key"]: record for record in records}
+    assert by_key["job:report"]["token"] == held.token
+    assert by_key["job:report"]["holder"] == "node-a@host"
+    assert datetime.fromisoformat(by_key["job:report"]["expires_at"]) == held.expires_at
+    lines = jobs("leases").splitlines()
+    assert lines[0].split() == ["KEY", "HOLDER", "TOKEN", "ACQUIRED", "EXPIRES", "LIVE"]
+    assert lines[1].startswith("job:old") and lines[1].endswith("no")
+    assert lines[2].startswith("job:report") and lines[2].endswith("yes")
+
+
+def test_tasks_lists_registered_functions_with_summary_and_declared_schedule() -> None:
+    records = jobs_json("tasks")
+    assert isinstance(records, list)
+    assert all(set(record) == {"name", "summary", "schedule"} for record in records)
+    by_name = {record["name"]: record for record in records}
+    assert by_name["tests.cli_example"] == {
+        "name": "tests.cli_example",
+        "summary": "Greets a city, for the CLI tests.",
+        "schedule": None,
+    }
+    line = next(line for line in jobs("tasks").splitlines() if "tests.cli_example" in line)
+    assert line.split(None, 2) == ["tests.cli_example", "-", "Greets a city, for the CLI tests."]
+
+
+# --- operating a job ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_pause_and_resume_flip_the_job_and_its_beat_entry() -> None:
+    add("report", "--every", "10s")
+    assert jobs("pause", "report") == "paused report\n"
+    job = Job.objects.select_related("periodic_task").get(name="report")
+    assert job.enabled is False
+    assert job.periodic_task is not None and job.periodic_task.enabled is False
+    assert jobs("resume", "report") == "resumed report\n"
+    job = Job.objects.select_related("periodic_task").get(name="report")
+    assert job.enabled is True
+    assert job.periodic_task is not None and job.periodic_task.enabled is True
+    assert job.managed_by_code is False
+
+
+@pytest.mark.django_db
+def test_remove_deletes_the_job_and_its_beat_entry() -> None:
+    add("report", "--every", "10s")
+    add("keep", "--every", "10s")
+    assert jobs("remove", "report") == "removed report\n"
+    assert list(Job.objects.values_list("name", flat=True)) == ["keep"]
+    assert not PeriodicTask.objects.filter(name="job:report").exists()
+    assert PeriodicTask.objects.filter(name="job:keep").exists()
+
+
+@pytest.mark.django_db
+def test_run_creates_a_manual_run_and_prints_its_id(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    add("report", "--every", "1h")
+    # The publish waits for the commit; the run row is the truth, so it is what we check.
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        out = jobs("run", "report")
+    run = JobRun.objects.get()
+    assert out == f"{run.pk}\n"
+    assert (run.job.name, run.trigger, run.status) == ("report", "manual", "scheduled")
+    assert abs((timezone.now() - run.scheduled_for).total_seconds()) < 60
+    assert len(callbacks) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_with_the_broker_down_still_prints_the_id_of_the_recorded_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add("report", "--every", "1h")
+
+    def unreachable(*_args: object, **_kwargs: object) -> None:
+        raise BrokerUnreachable("Error 111 connecting to 127.0.0.1:1. Connection refused.")
+
+    monkeypatch.setattr(dispatch, "publish", unreachable)
+    out = jobs("run", "report")
+    run = JobRun.objects.get()
+    assert out == f"{run.pk}\n"
+    assert (run.trigger, run.status) == ("manual", "scheduled")  # for maintenance to publish
