@@ -40,16 +40,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         env.update(urls.as_env())
         env.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        # Development settings unless told otherwise; production settings have their own tests.
+        env.setdefault("DJANGO_DEBUG", "1")
         if args.verb == "run":
             return run_platform(env)
         if args.verb == "test":
             return subprocess.call([PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT)
-        env.setdefault("DJANGO_DEBUG", "1")
         return subprocess.call([*MANAGE, *args.manage_args], env=env, cwd=ROOT)
 
 
 def run_platform(env: dict[str, str]) -> int:
-    env.setdefault("DJANGO_DEBUG", "1")
     modules = [m for m in env.get("JOBS_MODULES", "").split(",") if m.strip()]
     if DEMO_MODULE not in modules:
         env["JOBS_MODULES"] = ",".join([*modules, DEMO_MODULE])
@@ -58,6 +58,7 @@ def run_platform(env: dict[str, str]) -> int:
         print(f"Flower login (generated for this run): {env['FLOWER_BASIC_AUTH']}")
     web_port = env.get("WEB_PORT", "8000")
     flower_port = env.get("FLOWER_PORT", "5555")
+    env.setdefault("FLOWER_URL", f"http://127.0.0.1:{flower_port}")  # admin links to tasks
 
     subprocess.run([*MANAGE, "migrate", "--noinput", "-v", "1"], env=env, cwd=ROOT, check=True)
     subprocess.run([PYTHON, "-m", "devtools.dev_admin"], env=env, cwd=ROOT, check=True)
