@@ -61,8 +61,6 @@ def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL) -> JobRun:
         run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=trigger)
         # A broker outage must not turn "run now" into an error after the run was recorded:
         # the run stays scheduled and maintenance re-publishes it.
-        transaction.on_commit(
-            lambda: publish_many([(job, run.pk, run.scheduled_for)]), robust=True
-        )
+        transaction.on_commit(lambda: publish_many([(job, run.pk, run.scheduled_for)]), robust=True)
     run.refresh_from_db()
     return run

@@ -161,7 +161,12 @@ def finish_fenced(
 def finish_unleased(
     run_id: int, *, status: RunStatus, error: str = "", traceback: str = ""
 ) -> str | None:
-    params: dict[str, Any] = {"run_id": run_id, "status": status.value, "error": error, "traceback": traceback}
+    params: dict[str, Any] = {
+        "run_id": run_id,
+        "status": status.value,
+        "error": error,
+        "traceback": traceback,
+    }
     with connection.cursor() as cursor:
         cursor.execute(_FINISH_UNLEASED, params)
         row = cursor.fetchone()

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from celery import shared_task
 
 from jobs.exceptions import RegistryConflict, UnknownJobFunction
-from jobs.schedules import Cron, Every, Schedule, parse_interval
+from jobs.schedules import Cron, Schedule, parse_interval
 
 JobFunction = Callable[..., Any]
 F = TypeVar("F", bound=JobFunction)

@@ -112,9 +112,7 @@ def lock_key_for(job: Job, spec: registry.JobSpec) -> str:
     return spec.lock_key.format(*job.args, **job.kwargs)
 
 
-def _acquire_for_policy(
-    job: Job, key: str, holder: str, scheduled_ts: float
-) -> HeldLease | None:
+def _acquire_for_policy(job: Job, key: str, holder: str, scheduled_ts: float) -> HeldLease | None:
     held = lease.acquire(key, holder, job.lease_ttl)
     if held is not None or job.overlap == Overlap.SKIP:
         return held
