@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test manage lint format typecheck migrations-check ci lock clean
+.PHONY: run test chromium manage lint format typecheck migrations-check ci lock clean
 
 $(INSTALLED): requirements/dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,13 @@ $(INSTALLED): requirements/dev.txt pyproject.toml
 run: $(INSTALLED)
 	$(BIN)/python -m devtools run
 
-test: $(INSTALLED)
+test: $(INSTALLED) chromium
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
+
+# The browser test drives Debian's Chromium (tests/browser); install it only when it is missing.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 manage: $(INSTALLED)
 	$(BIN)/python -m devtools manage $(ARGS)

@@ -12,10 +12,14 @@ from typing import Any
 import django_celery_beat.admin  # noqa: F401  (its registrations must exist before we undo them)
 from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import (
     BooleanField,
     CharField,
+    Count,
+    DurationField,
     ExpressionWrapper,
+    F,
     OuterRef,
     Q,
     QuerySet,
@@ -26,6 +30,7 @@ from django.db.models.functions import Concat, Now
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django_celery_beat.models import (
@@ -36,9 +41,11 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import beat_link, services
+from jobs import beat_link, presenting, services
+from jobs.exceptions import NotTriggerable
 from jobs.forms import POLICY_FIELD_ORDER, JobForm
-from jobs.models import Job, JobRun, Lease, Node, RunStatus
+from jobs.models import ApiToken, Job, JobRun, Lease, Node, RunStatus
+from jobs.nodes import Liveness, with_liveness
 from jobs.schedules import describe
 
 for _beat_model in (
@@ -51,6 +58,9 @@ for _beat_model in (
     admin.site.unregister(_beat_model)
 
 RECENT_RUNS = 20
+
+# The admin index links the jobs dashboard (jobs.dashboard, issue 6).
+admin.site.index_template = "admin/jobs_index.html"
 
 _STATUS_COLOURS = {
     RunStatus.SCHEDULED: "#777",
@@ -136,6 +146,7 @@ class JobAdmin(admin.ModelAdmin):
         "task",
         "schedule",
         "enabled",
+        "next_slot",
         "last_run_status",
         "last_run_at",
         "lease",
@@ -216,6 +227,10 @@ class JobAdmin(admin.ModelAdmin):
         except ValueError as exc:
             return f"unreadable schedule: {exc}"
 
+    @admin.display(description="next slot")
+    def next_slot(self, job: Job) -> Any:
+        return presenting.next_slot(job, timezone.now())
+
     @admin.display(description="last run", ordering="last_run_status")
     def last_run_status(self, job: Job) -> SafeString | str:
         return status_badge(getattr(job, "last_run_status", None))
@@ -231,9 +246,15 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Run now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        runs = [services.run_now(job.name) for job in queryset]
-        ids = ", ".join(f"#{run.pk}" for run in runs)
-        self.message_user(request, f"Triggered {len(runs)} run(s): {ids}.", messages.SUCCESS)
+        runs = []
+        for job in queryset:
+            try:
+                runs.append(services.run_now(job.name))
+            except NotTriggerable as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+        if runs:
+            ids = ", ".join(f"#{run.pk}" for run in runs)
+            self.message_user(request, f"Triggered {len(runs)} run(s): {ids}.", messages.SUCCESS)
 
     @admin.action(description="Pause", permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -276,13 +297,14 @@ class JobRunAdmin(ReadOnlyAdmin):
         "node",
         "lag",
         "duration",
+        "flower",
     ]
     list_filter = ["job", "status", "trigger", "node", "scheduled_for"]
     list_select_related = ["job"]
     search_fields = ["job__name", "node", "task_id"]
     # Counting a table of millions of runs twice per page is the slow part of the list.
     show_full_result_count = False
-    readonly_fields = ["job_link", "status_badge", "lag", "duration", "traceback_block"]
+    readonly_fields = ["job_link", "status_badge", "lag", "duration", "traceback_block", "flower"]
     fieldsets = [
         (None, {"fields": ["job_link", "scheduled_for", "status_badge", "trigger", "attempt"]}),
         (
@@ -292,6 +314,7 @@ class JobRunAdmin(ReadOnlyAdmin):
                     "node",
                     "pid",
                     "task_id",
+                    "flower",
                     "lease_key",
                     "fencing_token",
                     "created_at",
@@ -324,6 +347,13 @@ class JobRunAdmin(ReadOnlyAdmin):
     def duration(self, run: JobRun) -> str | None:
         return _seconds(run.duration)
 
+    @admin.display(description="Flower")
+    def flower(self, run: JobRun) -> SafeString | str:
+        url = presenting.flower_task_url(run)
+        if url is None:
+            return "-"
+        return format_html('<a href="{}" target="_blank" rel="noopener">task</a>', url)
+
     @admin.display(description="traceback")
     def traceback_block(self, run: JobRun) -> SafeString | str:
         if not run.traceback:
@@ -333,21 +363,98 @@ class JobRunAdmin(ReadOnlyAdmin):
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):
-    list_display = ["key", "holder", "token", "acquired_at", "expires_at", "valid"]
+    list_display = ["key", "holder", "token", "acquired_at", "expires_at", "valid", "expires_in"]
     search_fields = ["key", "holder"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Lease]:
         # Validity by the database clock, the only clock leases are judged by.
         live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
-        return super().get_queryset(request).annotate(is_live=live)
+        remaining = ExpressionWrapper(F("expires_at") - Now(), output_field=DurationField())
+        return super().get_queryset(request).annotate(is_live=live, remaining=remaining)
 
     @admin.display(description="valid", boolean=True, ordering="is_live")
     def valid(self, lease: Lease) -> bool:
         return bool(getattr(lease, "is_live", False))
 
+    @admin.display(description="expires in", ordering="remaining")
+    def expires_in(self, lease: Lease) -> str:
+        remaining = getattr(lease, "remaining", None)
+        if remaining is None or remaining.total_seconds() <= 0:
+            return "expired"
+        return f"{remaining.total_seconds():.1f} s"
+
 
 @admin.register(Node)
 class NodeAdmin(ReadOnlyAdmin):
-    list_display = ["name", "host", "pid", "state", "last_heartbeat", "started_at"]
+    list_display = [
+        "name",
+        "host",
+        "pid",
+        "liveness",
+        "last_heartbeat",
+        "heartbeat_age",
+        "running_runs",
+        "holds",
+        "started_at",
+    ]
     list_filter = ["state"]
     search_fields = ["name", "host"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
+        """Each node with its heartbeat age (database clock), running runs and live leases."""
+        running = (
+            JobRun.objects.filter(status=RunStatus.RUNNING, node=OuterRef("name"))
+            .order_by()
+            .values("node")
+            .annotate(n=Count("id"))
+            .values("n")
+        )
+        # Holders are "<node>:<pid>:..." (jobs.runner), so a node's leases share its prefix.
+        held = Lease.objects.filter(
+            holder__startswith=Concat(OuterRef("name"), Value(":"), output_field=CharField()),
+            expires_at__gt=Now(),
+        ).values("key")
+        age = ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField())
+        return with_liveness(
+            super()
+            .get_queryset(request)
+            .annotate(age=age, running=Subquery(running[:1]), holding=ArraySubquery(held))
+        )
+
+    @admin.display(description="state", ordering="liveness")
+    def liveness(self, node: Node) -> SafeString:
+        """alive / dead (3 missed heartbeats, jobs.nodes) / stopped (shut down cleanly)."""
+        state = getattr(node, "liveness", Liveness.DEAD)
+        if state == Liveness.STOPPED:
+            return format_html('<span style="color: #777">{}</span>', "stopped")
+        if state == Liveness.ALIVE:
+            return format_html('<strong style="color: #2e7d32">{}</strong>', "alive")
+        return format_html('<strong style="color: #c62828">{}</strong>', "dead")
+
+    @admin.display(description="heartbeat age", ordering="age")
+    def heartbeat_age(self, node: Node) -> str | None:
+        age = getattr(node, "age", None)
+        return None if age is None else f"{age.total_seconds():.0f} s"
+
+    @admin.display(description="running runs")
+    def running_runs(self, node: Node) -> int:
+        return getattr(node, "running", None) or 0
+
+    @admin.display(description="holds leases")
+    def holds(self, node: Node) -> str:
+        return ", ".join(sorted(getattr(node, "holding", None) or [])) or "-"
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created by ``manage.py apitoken create`` (the secret is shown once there);
+    here they can be seen and revoked (deleted)."""
+
+    list_display = ["name", "prefix", "created_at", "last_used_at"]
+    readonly_fields = ["name", "prefix", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

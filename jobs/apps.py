@@ -15,9 +15,10 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from jobs.conf import get_conf
+        from jobs.conf import get_conf, get_ops_conf
 
         conf = get_conf()  # validates the JOBS_* settings now, not at first use
+        get_ops_conf()  # issue 6's settings (health, metrics, retention), validated likewise
         # Every installed app's `jobs` module registers its job functions (ours has none).
         autodiscover_modules("jobs")
         for module in conf.modules:
@@ -30,6 +31,10 @@ class JobsConfig(AppConfig):
         from jobs import checks  # noqa: F401  (registers system checks)
 
         post_migrate.connect(_sync_after_migrate, sender=self)
+        # A worker's node heartbeat and continuous-job supervisor (its main process only).
+        from jobs.worker_hooks import connect_worker_signals
+
+        connect_worker_signals()
 
 
 def _sync_after_migrate(**_kwargs: Any) -> None:

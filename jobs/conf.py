@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cache
+from ipaddress import IPv4Network, IPv6Network, ip_network
+from types import MappingProxyType
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -13,10 +17,25 @@ from django.core.exceptions import ImproperlyConfigured
 class JobsConf:
     modules: tuple[str, ...]
     beat_max_interval: float
+    # Seconds between a worker node's heartbeats; 3 missed ones make it dead (jobs.nodes), and a
+    # continuous job's lease lasts 3 heartbeats unless its lease_ttl is shorter.
+    node_heartbeat: float = 5.0
+    # Beat maintenance (jobs.maintenance): how often a pass runs, and how long a run may stay
+    # scheduled after its message was sent before it is published again.
+    maintenance_interval: float = 5.0
+    republish_after: float = 30.0
+    # Testing only: shifts the beat's clock, to simulate a skewed node clock.
+    beat_test_clock_offset: float = 0.0
 
     def __post_init__(self) -> None:
         if self.beat_max_interval <= 0:
             raise ImproperlyConfigured("JOBS_BEAT_MAX_INTERVAL must be positive (seconds).")
+        if self.maintenance_interval <= 0:
+            raise ImproperlyConfigured("JOBS_MAINTENANCE_INTERVAL must be positive (seconds).")
+        if self.republish_after <= 0:
+            raise ImproperlyConfigured("JOBS_REPUBLISH_AFTER must be positive (seconds).")
+        if self.node_heartbeat < 0.5:
+            raise ImproperlyConfigured("JOBS_NODE_HEARTBEAT must be at least 0.5 (seconds).")
 
 
 @cache
@@ -24,4 +43,70 @@ def get_conf() -> JobsConf:
     return JobsConf(
         modules=tuple(settings.JOBS_MODULES),
         beat_max_interval=float(settings.JOBS_BEAT_MAX_INTERVAL),
+        node_heartbeat=float(settings.JOBS_NODE_HEARTBEAT),
+        maintenance_interval=float(settings.JOBS_MAINTENANCE_INTERVAL),
+        republish_after=float(settings.JOBS_REPUBLISH_AFTER),
+        beat_test_clock_offset=float(settings.JOBS_BEAT_TEST_CLOCK_OFFSET),
+    )
+
+
+# --- issue 6: operations (health, metrics access, retention, Flower link) ------------------
+
+
+@dataclass(frozen=True)
+class OpsConf:
+    flower_url: str
+    metrics_allow_from: tuple[IPv4Network | IPv6Network, ...]
+    beat_heartbeat_interval: float
+    beat_stale_after: float
+    # Status → how long finished runs in it are kept; ``None``: forever.
+    retention: Mapping[str, timedelta | None]
+    retention_interval: float
+
+    def __post_init__(self) -> None:
+        if self.beat_stale_after <= self.beat_heartbeat_interval:
+            raise ImproperlyConfigured(
+                "JOBS_BEAT_STALE_AFTER must be longer than JOBS_BEAT_HEARTBEAT_INTERVAL, "
+                "or every live beat would look gone between two heartbeats."
+            )
+
+
+def _network(text: str) -> IPv4Network | IPv6Network:
+    try:
+        return ip_network(text, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"JOBS_METRICS_ALLOW_FROM: {text!r} is not an address or network, e.g. 10.0.0.0/8."
+        ) from None
+
+
+def _retention(status: str, text: str) -> timedelta | None:
+    from jobs.models import TERMINAL_STATUSES
+    from jobs.schedules import parse_duration
+
+    name = f"JOBS_RETENTION_{status.upper()}"
+    if status not in TERMINAL_STATUSES:
+        raise ImproperlyConfigured(f"{name}: only finished runs are pruned")
+    if text.strip().lower() == "forever":
+        return None
+    try:
+        age = parse_duration(text)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={text!r}: {exc}, or forever.") from None
+    if age <= timedelta(0):
+        raise ImproperlyConfigured(f"{name}={text!r} must be positive (or forever).")
+    return age
+
+
+@cache
+def get_ops_conf() -> OpsConf:
+    return OpsConf(
+        flower_url=str(settings.FLOWER_URL).rstrip("/"),
+        metrics_allow_from=tuple(_network(item) for item in settings.JOBS_METRICS_ALLOW_FROM),
+        beat_heartbeat_interval=float(settings.JOBS_BEAT_HEARTBEAT_INTERVAL),
+        beat_stale_after=float(settings.JOBS_BEAT_STALE_AFTER),
+        retention=MappingProxyType(
+            {status: _retention(status, text) for status, text in settings.JOBS_RETENTION.items()}
+        ),
+        retention_interval=float(settings.JOBS_RETENTION_INTERVAL),
     )

@@ -8,10 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from celery import current_app
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs.models import Job, JobRun, Trigger
+from jobs.exceptions import NotTriggerable
+from jobs.models import Job, JobKind, JobRun, Trigger
 
 log = logging.getLogger(__name__)
 
@@ -21,17 +22,43 @@ def task_id_for(run_id: int) -> str:
     return f"jobrun-{run_id}"
 
 
-def publish(job: Job, run_id: int, scheduled_for: datetime, producer: object = None) -> None:
-    """Send the message that asks a worker to execute run ``run_id`` of ``job``."""
+class _NoSentEvent:
+    """An event dispatcher that drops Celery's ``task-sent`` event (see ``publish``)."""
+
+    def publish(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_NO_SENT_EVENT = _NoSentEvent()
+
+
+def publish(
+    job: Job,
+    run_id: int,
+    scheduled_for: datetime,
+    producer: object = None,
+    *,
+    eta: datetime | None = None,
+    sent_event: bool = True,
+) -> None:
+    """Send the message that asks a worker to execute run ``run_id`` of ``job``; with ``eta``
+    (a retry's backoff) the worker holds it until then. ``sent_event=False`` skips Celery's
+    ``task-sent`` event (half the cost of a publish; Flower still sees the run once a worker
+    receives it), for bursts of thousands of slots."""
     options: dict[str, Any] = {"queue": job.queue, "task_id": task_id_for(run_id)}
+    if not sent_event:
+        options["event_dispatcher"] = _NO_SENT_EVENT
     if job.priority is not None:
         options["priority"] = job.priority
-    if job.soft_time_limit is not None:
-        options["soft_time_limit"] = job.soft_time_limit
+    # The soft limit is the runner's (jobs.keeper sets ctx.stopping and the run records it),
+    # not Celery's, which would raise inside the job (or inside the fenced finish). The hard
+    # limit is Celery's: the pool kills the process, and the run is recorded lost.
     if job.time_limit is not None:
         options["time_limit"] = job.time_limit
     if producer is not None:
         options["producer"] = producer
+    if eta is not None:
+        options["eta"] = eta
     current_app.send_task(
         job.task,
         kwargs={"run_id": run_id, "job": job.name, "slot": scheduled_for.isoformat()},
@@ -39,12 +66,14 @@ def publish(job: Job, run_id: int, scheduled_for: datetime, producer: object = N
     )
 
 
-def publish_many(runs: Iterable[tuple[Job, int, datetime]], producer: object = None) -> int:
+def publish_many(
+    runs: Iterable[tuple[Job, int, datetime]], producer: object = None, *, sent_event: bool = True
+) -> int:
     """Publish each run; one failed publish is logged and left for maintenance to re-publish."""
     sent = 0
     for job, run_id, scheduled_for in runs:
         try:
-            publish(job, run_id, scheduled_for, producer=producer)
+            publish(job, run_id, scheduled_for, producer=producer, sent_event=sent_event)
         except Exception:
             log.exception(
                 "publish failed; the run stays scheduled for maintenance to re-publish",
@@ -55,12 +84,48 @@ def publish_many(runs: Iterable[tuple[Job, int, datetime]], producer: object = N
     return sent
 
 
-def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL) -> JobRun:
-    """Create a run of ``job`` for now, outside its schedule, and publish it after commit."""
+def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL, idempotency_key: str = "") -> JobRun:
+    """Create a run of ``job`` for now, outside its schedule, and publish it after commit.
+
+    With an ``idempotency_key``, a second run with the same key for the same job violates
+    ``one_run_per_idempotency_key`` and raises ``IntegrityError`` (see ``trigger_once``)."""
+    _refuse_continuous(job)
     with transaction.atomic():
-        run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=trigger)
+        run = JobRun.objects.create(
+            job=job, scheduled_for=timezone.now(), trigger=trigger, idempotency_key=idempotency_key
+        )
         # A broker outage must not turn "run now" into an error after the run was recorded:
         # the run stays scheduled and maintenance re-publishes it.
         transaction.on_commit(lambda: publish_many([(job, run.pk, run.scheduled_for)]), robust=True)
     run.refresh_from_db()
     return run
+
+
+def trigger_once(
+    job: Job, idempotency_key: str, trigger: Trigger = Trigger.API
+) -> tuple[JobRun, bool]:
+    """The run of ``job`` made with ``idempotency_key``, created (and published) only if none
+    exists yet; the flag says whether this call created it. The unique constraint decides, so
+    two concurrent calls with one key make one run."""
+    _refuse_continuous(job)
+    existing = JobRun.objects.filter(job=job, idempotency_key=idempotency_key).first()
+    if existing is not None:
+        return existing, False
+    try:
+        return trigger_now(job, trigger, idempotency_key=idempotency_key), True
+    except IntegrityError:
+        # A concurrent call with the same key committed first: its run is the answer.
+        winner = JobRun.objects.filter(job=job, idempotency_key=idempotency_key).first()
+        if winner is None:
+            raise
+        return winner, False
+
+
+def _refuse_continuous(job: Job) -> None:
+    # A triggered run of a continuous job would run its loop a second time, outside the
+    # supervisor that keeps it on exactly one node, and nothing would ever stop it.
+    if job.kind == JobKind.CONTINUOUS:
+        raise NotTriggerable(
+            f"{job.name!r} is a continuous job: it already runs on one node; "
+            "pause and resume it instead of triggering a run"
+        )

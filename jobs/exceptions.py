@@ -19,5 +19,9 @@ class JobNotFound(JobsError):
     """No job row with the given name."""
 
 
+class NotTriggerable(JobsError):
+    """A continuous job runs all the time on one node; it has no runs to trigger."""
+
+
 class LeaseLost(JobsError):
     """The caller's lease lapsed or was taken over: its fenced write must not happen."""

@@ -39,6 +39,7 @@ POLICY_FIELD_ORDER = (
     "soft_time_limit",
     "time_limit",
     "lease_ttl",
+    "min_hold",
     "queue",
     "priority",
 )

@@ -7,6 +7,7 @@ with the job, so there is one place for each fact.
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -181,6 +182,13 @@ class Job(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        # ShedLock's rule: holding "at least" longer than "at most" would be self-contradictory.
+        if self.min_hold > self.lease_ttl:
+            raise ValidationError(
+                {"min_hold": f"Must not exceed the lease ttl ({self.lease_ttl} s)."}
+            )
+
     @property
     def lock_key(self) -> str:
         """The default lease key: one per job."""
@@ -223,6 +231,17 @@ class JobRun(models.Model):
     duplicate_deliveries = models.PositiveIntegerField(
         db_default=0, help_text="Extra deliveries of this run's message, each a recorded no-op."
     )
+    # issue 6 (API): the client's Idempotency-Key of an API trigger; "" for every other run.
+    idempotency_key = models.CharField(
+        max_length=200,
+        blank=True,
+        db_default="",
+        help_text="The Idempotency-Key an API trigger carried: the same key never makes two runs.",
+    )
+    # issue 6 (metrics): counted into RunRollup, so /metrics reads totals instead of every run.
+    folded = models.BooleanField(
+        db_default=False, editable=False, help_text="Counted into the metrics totals."
+    )
 
     class Meta:
         ordering = ["-scheduled_for", "-id"]
@@ -233,12 +252,20 @@ class JobRun(models.Model):
                 condition=Q(trigger="scheduled"),
                 name="one_run_per_slot",
             ),
+            # The same Idempotency-Key twice (a client's retry) finds the first run (jobs.api).
+            models.UniqueConstraint(
+                fields=["job", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="one_run_per_idempotency_key",
+            ),
         ]
         indexes = [
             models.Index(fields=["status", "scheduled_for"], name="jobrun_status_slot"),
             models.Index(fields=["job", "-scheduled_for"], name="jobrun_job_slot"),
             models.Index(fields=["node", "-scheduled_for"], name="jobrun_node_slot"),
             models.Index(fields=["-scheduled_for"], name="jobrun_slot"),
+            # The few runs not yet counted into RunRollup (jobs.runstats.fold).
+            models.Index(fields=["id"], condition=Q(folded=False), name="jobrun_unfolded"),
         ]
 
     def __str__(self) -> str:
@@ -269,6 +296,13 @@ class Lease(models.Model):
     token = models.BigIntegerField(help_text="Fencing token: grows on every acquisition.")
     acquired_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    stop_requested_by = models.CharField(
+        max_length=255,
+        blank=True,
+        db_default="",
+        help_text="The run that asked this holder to stop (overlap replace); the holder sees it "
+        "at its next renewal. Cleared on every acquisition.",
+    )
 
     class Meta:
         ordering = ["key"]
@@ -295,9 +329,105 @@ class Node(models.Model):
     started_at = models.DateTimeField()
     last_heartbeat = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+    # Each node judges the others by their own interval (jobs.nodes): a rolling change of
+    # JOBS_NODE_HEARTBEAT must not make the nodes still on the old value look dead.
+    heartbeat_interval = models.FloatField(
+        default=5.0,
+        help_text="Seconds between this node's heartbeats; it is dead after 3 missed ones.",
+    )
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+
+# --- issue 6: operations (API tokens, beat heartbeats, run totals kept past retention) -------
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API and ``/metrics``.
+
+    Only the SHA-256 digest of the secret is stored; the secret is printed once, when the token
+    is created (``manage.py apitoken create NAME``). Tokens are long random strings, so a fast
+    hash is enough: there is nothing to brute-force.
+    """
+
+    name = models.CharField(max_length=100, unique=True, help_text="Who or what uses it.")
+    prefix = models.CharField(
+        max_length=16, editable=False, help_text="The token's first characters, to recognise it."
+    )
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class BeatHeartbeat(models.Model):
+    """One ``celery beat`` process as it last reported itself (``jobs.health``): liveness for
+    ``/healthz`` and the dashboard, tick cost for ``/metrics``."""
+
+    name = models.CharField(max_length=255, unique=True, help_text="host:pid")
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField(help_text="Database clock.")
+    ticks = models.BigIntegerField(default=0, help_text="Ticks since the process started.")
+    tick_seconds = models.FloatField(default=0.0, help_text="Time spent in those ticks.")
+    max_tick_seconds = models.FloatField(default=0.0, help_text="The slowest tick.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunRollup(models.Model):
+    """Totals of finished runs per job and status (``jobs.runstats.fold``): ``/metrics`` reads
+    these plus the few runs not yet counted, and they outlive retention, so its counters and
+    histograms never go backwards."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=16, choices=RunStatus.choices)
+    count = models.BigIntegerField(default=0)
+    lag_sum = models.FloatField(default=0.0)
+    # Cumulative counts per bucket of jobs.runstats.LAG_BUCKETS, then +Inf.
+    lag_buckets = models.JSONField(default=list)
+    duration_sum = models.FloatField(default=0.0)
+    duration_buckets = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "status"], name="one_rollup_per_job_status")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/{self.status}: {self.count}"
+
+
+# --- issue 3: the schedule change log (incremental beat reloads) ----------------------------
+
+
+class ScheduleChange(models.Model):
+    """One edit of a job or of the beat entry carrying its schedule, appended by database
+    triggers (migration ``0005_schedule_change_log``), so bulk updates and raw SQL are logged
+    too. Each beat reads the entries after the last one it saw and reloads only those jobs;
+    maintenance prunes old entries. Ids are committed in order (see the trigger's lock)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField(help_text="The job edited (it may have been deleted since).")
+    changed_at = models.DateTimeField(db_default=Now(), help_text="Database clock.")
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"#{self.id}: job {self.job_id}"

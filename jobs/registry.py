@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from celery import shared_task
 
 from jobs.exceptions import RegistryConflict, UnknownJobFunction
-from jobs.schedules import Cron, Schedule, parse_interval
+from jobs.schedules import Cron, Schedule, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
 F = TypeVar("F", bound=JobFunction)
@@ -33,6 +33,7 @@ POLICY_FIELDS = frozenset(
         "soft_time_limit",
         "time_limit",
         "lease_ttl",
+        "min_hold",
         "queue",
         "priority",
     }
@@ -49,6 +50,9 @@ class JobSpec:
     continuous: bool = False
     policies: dict[str, Any] = field(default_factory=dict)
     lock_key: str | Callable[..., str] | None = None
+    # Run as a continuous job, call the function once per this many seconds while the lease is
+    # held (a step function), instead of once for the whole tenure (a loop until ctx.stopping).
+    step_every: float | None = None
 
     @property
     def declares_job(self) -> bool:
@@ -72,18 +76,25 @@ def job(
     tz: str = "UTC",
     continuous: bool = False,
     lock_key: str | Callable[..., str] | None = None,
+    step_every: str | int | float | timedelta | None = None,
     **policies: Any,
 ) -> Callable[[F], F]:
     """Register ``func(ctx, *args, **kwargs)`` as the job function ``name``.
 
     With ``every=`` or ``cron=`` (or ``continuous=True``) a job of the same name is created in the
     database on migrate; an operator may pause it or override its schedule in the admin.
+    With ``step_every=`` (e.g. ``"2s"``), a continuous job of this function calls it once per
+    step for as long as it holds its lease; without it, the function is called once per tenure
+    and loops until ``ctx.stopping`` is set.
     """
     unknown = set(policies) - POLICY_FIELDS
     if unknown:
         raise TypeError(f"@job({name!r}): unknown option(s) {sorted(unknown)}")
     if sum(x is not None for x in (every, cron)) + continuous > 1:
         raise TypeError(f"@job({name!r}): give at most one of every=, cron=, continuous=True")
+    step_seconds = None if step_every is None else parse_duration(step_every).total_seconds()
+    if step_seconds is not None and step_seconds <= 0:
+        raise TypeError(f"@job({name!r}): step_every must be positive")
     schedule: Schedule | None = None
     if every is not None:
         schedule = parse_interval(every)
@@ -104,6 +115,7 @@ def job(
             continuous=continuous,
             policies=dict(policies),
             lock_key=lock_key,
+            step_every=step_seconds,
         )
         existing = _REGISTRY.get(name)
         if existing is not None and _qualified(existing.func) != _qualified(func):

@@ -1,26 +1,36 @@
-"""What a worker does with one run message: claim, lease, call, fenced finish, release."""
+"""What a worker does with one run message: claim (and lease), call, fenced finish (and release).
+
+A guarded run costs two statements: ``records.claim`` moves the run to ``running`` and takes its
+lease, ``records.finish_fenced`` writes the outcome only if the lease still holds, gives it back
+and records the retry that is due. Overlap policies other than the claim's own skip are in
+``jobs.policies``; the heartbeat, stop requests and the soft time limit in ``jobs.keeper``.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from jobs import lease, records, registry
+from django.db import close_old_connections, connection
+
+from jobs import dispatch, logcontext, policies, records, registry
 from jobs.context import JobContext
 from jobs.exceptions import UnknownJobFunction
 from jobs.keeper import LeaseKeeper
 from jobs.lease import HeldLease
-from jobs.models import Job, Lease, Overlap, RunStatus
+from jobs.models import Job, Overlap, RunStatus
 
 log = logging.getLogger(__name__)
 
-# How often a run under overlap policy `wait` retries the lease.
-WAIT_POLL_SECONDS = 0.5
+# A connection used by a run less than this ago is known to work (see _recycle_connection).
+HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
+_last_used = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -29,12 +39,24 @@ class Outcome:
     error: str = ""
     traceback: str = ""
     result: str | None = None
+    # Whether a retry may follow (the function raised; not a time limit, stop or loss).
+    retryable: bool = False
 
 
+@logcontext.bound_run
 def execute_run(run_id: int, *, task_id: str, node: str) -> None:
     """Execute run ``run_id`` on this node, at most once however often its message arrives."""
-    fields = {"run_id": run_id, "node": node}
-    claim = records.claim(run_id, node=node, pid=os.getpid(), task_id=task_id)
+    _recycle_connection()
+    fields: dict[str, Any] = {"run_id": run_id, "node": node}
+    holder = f"{node}:{os.getpid()}:run-{run_id}"
+    claim = records.claim(
+        run_id,
+        node=node,
+        pid=os.getpid(),
+        task_id=task_id,
+        holder=holder,
+        keyed_tasks=[spec.name for spec in registry.specs() if spec.lock_key is not None],
+    )
     if claim is None:
         status = records.count_duplicate(run_id)
         log.warning(
@@ -43,64 +65,72 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
             extra={**fields, "action": "duplicate_delivery"},
         )
         return
+    job = claim.job
+    fields["job"] = job.name
+    logcontext.bind(job=job.name, slot=claim.scheduled_for, token=_token(claim.lease))
     if claim.status == RunStatus.MISSED:
         log.warning("run missed its start deadline", extra={**fields, "action": "missed"})
         return
+    if claim.status == RunStatus.SKIPPED:
+        log.info("run skipped: %s", claim.error, extra={**fields, "action": "skipped"})
+        return
 
-    job = Job.objects.get(pk=claim.job_id)
-    fields["job"] = job.name
     try:
         spec = registry.get(job.task)
-    except UnknownJobFunction as exc:
-        records.finish_unleased(run_id, status=RunStatus.FAILED, error=str(exc))
-        log.error("unknown job function", extra={**fields, "action": "failed"})
+        key = lock_key_for(job, spec)
+    except Exception as exc:  # an unknown function, or arguments its lock key cannot use
+        error = str(exc) if isinstance(exc, UnknownJobFunction) else f"lock key: {exc!r}"
+        _finish(job, claim, claim.lease, Outcome(RunStatus.FAILED, error=error), fields)
         return
 
-    key = lock_key_for(job, spec)
     if job.overlap == Overlap.ALLOW:
-        outcome = _call(spec, job, _context(job, claim.run_id, claim, None, key))
-        records.finish_unleased(
-            run_id, status=outcome.status, error=outcome.error, traceback=outcome.traceback
-        )
-        log.info("run finished: %s", outcome.status, extra={**fields, "action": "finished"})
+        ctx = _context(job, claim, None, key)
+        outcome = _call_with_soft_limit(spec, job, ctx)
+        _finish(job, claim, None, outcome, fields)
         return
 
-    holder = f"{node}:{os.getpid()}:run-{run_id}"
-    held = _acquire_for_policy(job, key, holder, claim.scheduled_for.timestamp())
+    held = claim.lease
     if held is None:
-        current = Lease.objects.filter(key=key).first()
-        who = f"{current.holder} (token {current.token})" if current else "another run"
-        records.finish_unleased(
-            run_id, status=RunStatus.SKIPPED, error=f"lease {key!r} held by {who}"
-        )
-        log.info("run skipped: lease held", extra={**fields, "action": "skipped", "key": key})
-        return
+        taken = policies.take_lease(job, run_id, key, holder)
+        if taken is None:
+            log.warning(
+                "run recorded elsewhere while it waited for its lease",
+                extra={**fields, "action": "abandoned"},
+            )
+            return
+        if isinstance(taken, policies.Skip):
+            _finish(job, claim, None, Outcome(RunStatus.SKIPPED, error=taken.reason), fields)
+            return
+        held = taken
+        logcontext.bind(token=held.token)
 
-    records.record_token(run_id, key=key, token=held.token)
-    ctx = _context(job, run_id, claim, held.token, key)
-    keeper = LeaseKeeper(held, ctx.stopping)
+    ctx = _context(job, claim, held.token, held.key)
+    keeper = LeaseKeeper(held, ctx.stopping, soft_time_limit=job.soft_time_limit)
     keeper.start()
     try:
         outcome = _call(spec, job, ctx)
     finally:
         keeper.stop()
-    if keeper.lost and outcome.status == RunStatus.SUCCEEDED:
-        outcome = Outcome(RunStatus.LOST, error="the lease was lost while the job ran")
-    recorded = records.finish_fenced(
-        run_id,
-        key=key,
-        token=held.token,
-        status=outcome.status,
-        error=outcome.error,
-        traceback=outcome.traceback,
-        result=outcome.result,
-    )
-    lease.release(keeper.current)
-    log.info(
-        "run finished: %s",
-        recorded or "already recorded by maintenance",
-        extra={**fields, "action": "finished", "token": held.token, "key": key},
-    )
+    _finish(job, claim, keeper.current, _settle(outcome, job, keeper), fields)
+
+
+def _recycle_connection() -> None:
+    """Workers keep their connection across tasks (``CELERY_DB_REUSE_MAX``). Like Django at
+    each request, replace one that is too old or broke (a database restart) before a run uses
+    it, and check its health (a round trip) when it sat idle; a burst of runs skips the check
+    while the connection is seen working, as long as no error occurred on it."""
+    global _last_used
+    now = time.monotonic()
+    idle = now - _last_used
+    _last_used = now
+    if connection.in_atomic_block:
+        return
+    if connection.errors_occurred or idle > HEALTH_CHECK_AFTER_IDLE_SECONDS:
+        close_old_connections()
+
+
+def _token(held: HeldLease | None) -> int | None:
+    return None if held is None else held.token
 
 
 def lock_key_for(job: Job, spec: registry.JobSpec) -> str:
@@ -112,35 +142,122 @@ def lock_key_for(job: Job, spec: registry.JobSpec) -> str:
     return spec.lock_key.format(*job.args, **job.kwargs)
 
 
-def _acquire_for_policy(job: Job, key: str, holder: str, scheduled_ts: float) -> HeldLease | None:
-    held = lease.acquire(key, holder, job.lease_ttl)
-    if held is not None or job.overlap == Overlap.SKIP:
-        return held
-    if job.overlap == Overlap.REPLACE:
-        # Revoking the holder's lease fences its writes and outcome at once, and its keeper sets
-        # ctx.stopping at its next renewal (within ttl/3); until then both functions may run.
-        lease.force_release(key)
-        return lease.acquire(key, holder, job.lease_ttl)
-    # Overlap.WAIT: keep trying until the start deadline (node clock; the claim already used
-    # the database clock for the hard check).
-    deadline = scheduled_ts + job.start_deadline
-    while held is None and time.time() < deadline:
-        time.sleep(WAIT_POLL_SECONDS)
-        held = lease.acquire(key, holder, job.lease_ttl)
-    return held
+def _settle(outcome: Outcome, job: Job, keeper: LeaseKeeper) -> Outcome:
+    """The outcome to record, given what happened to the lease while the function ran."""
+    if keeper.lost:
+        reason = f"the lease was lost while the job ran: {keeper.lost_reason}"
+        return Outcome(RunStatus.LOST, error=_joined(reason, outcome.error))
+    if keeper.stop_requested_by:
+        reason = f"replaced: {keeper.stop_requested_by} asked this run to stop"
+        return replace(
+            outcome,
+            status=RunStatus.CANCELLED,
+            error=_joined(reason, outcome.error),
+            retryable=False,
+        )
+    if keeper.soft_limit_reached:
+        return _soft_limit_outcome(outcome, job)
+    return outcome
 
 
-def _context(
-    job: Job, run_id: int, claim: records.Claim, token: int | None, key: str
-) -> JobContext:
+def _soft_limit_outcome(outcome: Outcome, job: Job) -> Outcome:
+    reason = f"soft time limit of {job.soft_time_limit} s reached: ctx.stopping was set"
+    return replace(
+        outcome, status=RunStatus.FAILED, error=_joined(reason, outcome.error), retryable=False
+    )
+
+
+def _joined(reason: str, error: str) -> str:
+    return f"{reason}; the job's error: {error}" if error else reason
+
+
+def _finish(
+    job: Job,
+    claim: records.Claim,
+    held: HeldLease | None,
+    outcome: Outcome,
+    fields: dict[str, Any],
+) -> None:
+    retry_delay = None
+    if outcome.retryable and claim.attempt <= job.max_retries:
+        retry_delay = policies.retry_delay(job.retry_backoff, claim.attempt)
+    if held is None:
+        finished = records.finish_unleased(
+            claim.run_id,
+            status=outcome.status,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            result=outcome.result,
+            retry_delay=retry_delay,
+        )
+    else:
+        finished = records.finish_fenced(
+            claim.run_id,
+            key=held.key,
+            token=held.token,
+            status=outcome.status,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            result=outcome.result,
+            min_hold=job.min_hold,
+            retry_delay=retry_delay,
+        )
+        fields = {**fields, "key": held.key, "token": held.token}
+    log.info(
+        "run finished: %s",
+        finished.status or "already recorded by maintenance",
+        extra={**fields, "action": "finished", "status": finished.status},
+    )
+    if finished.retry is not None:
+        publish_retry(job, finished.retry)
+
+
+def publish_retry(job: Job, retry: records.NewRun) -> None:
+    """Publish a retry run for its time; a failed publish leaves it ``scheduled`` for
+    maintenance to re-publish."""
+    try:
+        dispatch.publish(job, retry.run_id, retry.scheduled_for, eta=retry.scheduled_for)
+    except Exception:
+        log.exception(
+            "publishing a retry failed; it stays scheduled for maintenance to re-publish",
+            extra={"action": "publish_failed", "run_id": retry.run_id, "job": job.name},
+        )
+    else:
+        log.info(
+            "retry scheduled",
+            extra={"action": "retry_scheduled", "run_id": retry.run_id, "job": job.name},
+        )
+
+
+def _context(job: Job, claim: records.Claim, token: int | None, key: str) -> JobContext:
     return JobContext(
         job_name=job.name,
-        run_id=run_id,
+        run_id=claim.run_id,
         scheduled_for=claim.scheduled_for,
         fencing_token=token,
         attempt=claim.attempt,
         lease_key=key,
     )
+
+
+def _call_with_soft_limit(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
+    """``_call`` for a run without a lease (so without a keeper to watch the soft limit)."""
+    if job.soft_time_limit is None:
+        return _call(spec, job, ctx)
+    reached = threading.Event()
+
+    def reach() -> None:
+        reached.set()
+        ctx.stopping.set()
+
+    timer = threading.Timer(job.soft_time_limit, reach)
+    timer.daemon = True
+    timer.start()
+    try:
+        outcome = _call(spec, job, ctx)
+    finally:
+        timer.cancel()
+    return _soft_limit_outcome(outcome, job) if reached.is_set() else outcome
 
 
 def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
@@ -151,6 +268,7 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
             RunStatus.FAILED,
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(),
+            retryable=True,
         )
     return Outcome(RunStatus.SUCCEEDED, result=_as_json(value))
 

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from jobs import beat_link, lease, registry
-from jobs.dispatch import trigger_now
+from jobs.dispatch import trigger_now, trigger_once
 from jobs.exceptions import JobNotFound
 from jobs.models import Job, JobKind, JobRun, Trigger
 from jobs.registry import POLICY_FIELDS
@@ -139,6 +139,13 @@ def remove(name: str) -> None:
 
 def run_now(name: str, trigger: Trigger = Trigger.MANUAL) -> JobRun:
     return trigger_now(get_job(name), trigger)
+
+
+def run_once(
+    name: str, idempotency_key: str, trigger: Trigger = Trigger.API
+) -> tuple[JobRun, bool]:
+    """``run_now`` at most once per ``idempotency_key``: the flag says whether a run was made."""
+    return trigger_once(get_job(name), idempotency_key, trigger)
 
 
 def release_lease(name: str) -> bool:

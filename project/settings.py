@@ -48,6 +48,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes and the scrape (/livez, /readyz, /healthz, /metrics) answer before host validation
+    # and the HTTPS redirect, so a load balancer or Prometheus can reach them by IP (issue 6).
+    "jobs.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's static files from the image (collectstatic) without a separate server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -123,6 +126,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Messages survive a broker restart: persistent delivery (RabbitMQ: durable queues, the default;
+# Redis: with append-only persistence, as in docker/compose.yaml).
+CELERY_TASK_DEFAULT_DELIVERY_MODE = "persistent"
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Events let Flower show every job under its own task name.
 CELERY_WORKER_SEND_TASK_EVENTS = True
@@ -131,6 +137,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
 CELERY_BEAT_SCHEDULER = "jobs.beat:ClusterScheduler"
+# Celery's Django fixup closes every database connection around each task unless this is set:
+# each run would pay for a new connection (~20 ms on a busy host, see bench/lease_bench.py).
+# The runner recycles connections the way Django does per request (CONN_MAX_AGE, health check).
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Longer than any sane job, so Redis redelivery is a crash-recovery path, not a normal one.
     "visibility_timeout": env.int("JOBS_VISIBILITY_TIMEOUT", default=3600, minimum=1),
@@ -138,8 +148,19 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 
 # --- Jobs app ------------------------------------------------------------------------------
 JOBS_MODULES = env.list("JOBS_MODULES")
-# How long beat may sleep between looks at the job table; an edit is picked up within this.
-JOBS_BEAT_MAX_INTERVAL = env.float("JOBS_BEAT_MAX_INTERVAL", default=1.0, minimum=0.05)
+# How long beat may sleep between looks at the schedule change log; an edit is picked up within
+# this. An idle tick is one indexed query (~0.2 ms), so half a second costs nothing.
+JOBS_BEAT_MAX_INTERVAL = env.float("JOBS_BEAT_MAX_INTERVAL", default=0.5, minimum=0.05)
+# Every beat runs a maintenance pass this often (seconds); a lease lets one beat at a time do it.
+JOBS_MAINTENANCE_INTERVAL = env.float("JOBS_MAINTENANCE_INTERVAL", default=5.0, minimum=0.1)
+# A run still `scheduled` this long after its message was sent is published again (seconds).
+JOBS_REPUBLISH_AFTER = env.float("JOBS_REPUBLISH_AFTER", default=30.0, minimum=0.1)
+# For tests only: this beat's clock runs this many seconds ahead (negative: behind) of the
+# machine's, to show that node clock skew does not change which slots run.
+JOBS_BEAT_TEST_CLOCK_OFFSET = env.float("JOBS_BEAT_TEST_CLOCK_OFFSET", default=0.0)
+# How often each worker node heartbeats (seconds); a node that misses 3 is dead, and its
+# continuous jobs move to live nodes (jobs.nodes, jobs.supervisor).
+JOBS_NODE_HEARTBEAT = env.float("JOBS_NODE_HEARTBEAT", default=5.0, minimum=0.5)
 
 # --- Production hardening (checked by `manage.py check --deploy`) --------------------------
 if not DEBUG:
@@ -153,12 +174,54 @@ if not DEBUG:
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 
+# --- Operations (issue 6): Flower link, metrics access, health, retention, log format -------
+# Where the admin links each run's Celery task (``<FLOWER_URL>/task/jobrun-<id>``); empty: no link.
+FLOWER_URL = env.str("FLOWER_URL", "") or ""
+# Who may scrape /metrics without an API token: comma-separated addresses or networks (CIDR).
+JOBS_METRICS_ALLOW_FROM = env.list("JOBS_METRICS_ALLOW_FROM")
+# How often each beat records its heartbeat, and after how long without one a beat counts as
+# gone for /healthz and the dashboard (seconds). Nodes: JOBS_NODE_HEARTBEAT (jobs.nodes).
+JOBS_BEAT_HEARTBEAT_INTERVAL = env.float("JOBS_BEAT_HEARTBEAT_INTERVAL", default=5.0, minimum=0.1)
+JOBS_BEAT_STALE_AFTER = env.float("JOBS_BEAT_STALE_AFTER", default=30.0, minimum=1.0)
+# How long finished runs are kept, per status: a duration ("7d", "12h") or "forever".
+JOBS_RETENTION = {
+    status: env.str(f"JOBS_RETENTION_{status.upper()}", default) or default
+    for status, default in (
+        ("succeeded", "7d"),
+        ("skipped", "7d"),
+        ("cancelled", "7d"),
+        ("failed", "30d"),
+        ("missed", "30d"),
+        ("lost", "30d"),
+    )
+}
+# How often the maintenance loop prunes (seconds).
+JOBS_RETENTION_INTERVAL = env.float("JOBS_RETENTION_INTERVAL", default=3600.0, minimum=1.0)
+# "plain" lines, or "json": one JSON object per line, each line of a run carrying its run id,
+# job, slot, fencing token and node (jobs.logcontext).
+JOBS_LOG_FORMAT = env.str("JOBS_LOG_FORMAT", "plain") or "plain"
+if JOBS_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"JOBS_LOG_FORMAT={JOBS_LOG_FORMAT!r} must be plain or json.")
+if JOBS_LOG_FORMAT == "json":
+    # Celery would replace the root handler with its own plain format in workers and beats.
+    CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
 LOG_LEVEL = env.str("DJANGO_LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "jobs.logcontext.JsonFormatter"},
+    },
+    "filters": {"run_context": {"()": "jobs.logcontext.RunContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": JOBS_LOG_FORMAT,
+            "filters": ["run_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -44,3 +44,86 @@ def fail(ctx: JobContext) -> None:
 def wait_for_stop(ctx: JobContext, seconds: float = 30.0) -> str:
     """Returns when ctx.stopping is set (or after ``seconds``)."""
     return "stopped" if ctx.stopping.wait(seconds) else "timed out"
+
+
+# --- issue 4: the singleton guard -------------------------------------------------------------
+
+
+def _interval_line(ctx: JobContext, started: float, note: str = "") -> str:
+    return (
+        f"{ctx.run_id} {ctx.scheduled_for.isoformat()} {ctx.fencing_token} {os.getpid()} "
+        f"{started:.6f} {time.time():.6f} {note}".rstrip()
+    )
+
+
+@job("tests.by_city", lock_key="city:{city}")
+def by_city(ctx: JobContext, log: str, city: str, seconds: float = 0.0) -> str:
+    """One lease per city: a line per execution, like tests.record."""
+    started = time.time()
+    ctx.stopping.wait(seconds)
+    _append(log, _interval_line(ctx, started, ctx.lease_key))
+    return city
+
+
+@job("tests.by_region", lock_key=lambda log, region, seconds=0.0: f"region:{region.lower()}")
+def by_region(ctx: JobContext, log: str, region: str, seconds: float = 0.0) -> str:
+    """One lease per region, the key derived by a callable."""
+    started = time.time()
+    ctx.stopping.wait(seconds)
+    _append(log, _interval_line(ctx, started, ctx.lease_key))
+    return region
+
+
+@job("tests.hold")
+def hold_while(ctx: JobContext, log: str, hold: str, limit: float = 120.0) -> str:
+    """Runs while the file ``hold`` exists (ignoring ctx.stopping, like a job stuck in a call),
+    then appends its line."""
+    started = time.time()
+    deadline = time.monotonic() + limit
+    while os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _append(log, _interval_line(ctx, started))
+    return "released"
+
+
+@job("tests.fenced_write")
+def fenced_write(
+    ctx: JobContext, log: str, table: str, hold: str = "", limit: float = 120.0
+) -> str:
+    """Runs while the file ``hold`` exists, then writes (run id, token) to ``table`` through
+    ctx.fenced(); appends "written" or "rejected" to ``log``."""
+    from django.db import connection
+
+    from jobs.exceptions import LeaseLost
+
+    started = time.time()
+    deadline = time.monotonic() + limit
+    while hold and os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        with ctx.fenced(), connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (run_id, token) VALUES (%s, %s)",
+                [ctx.run_id, ctx.fencing_token],
+            )
+    except LeaseLost:
+        _append(log, _interval_line(ctx, started, "rejected"))
+        raise
+    _append(log, _interval_line(ctx, started, "written"))
+    return "written"
+
+
+@job("tests.flaky")
+def flaky(ctx: JobContext, log: str, failures: int) -> str:
+    """Raises on its first ``failures`` attempts; a line per attempt."""
+    _append(log, _interval_line(ctx, time.time(), f"attempt={ctx.attempt}"))
+    if ctx.attempt <= failures:
+        raise RuntimeError(f"attempt {ctx.attempt} fails on purpose")
+    return f"succeeded on attempt {ctx.attempt}"
+
+
+@job("tests.deaf")
+def deaf(ctx: JobContext, seconds: float) -> str:
+    """Ignores ctx.stopping: sleeps ``seconds`` whatever happens."""
+    time.sleep(seconds)
+    return "done"

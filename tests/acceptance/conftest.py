@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -45,17 +45,22 @@ class Cluster:
     logs: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start_worker(self, name: str, concurrency: int = 2) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self, name: str, concurrency: int = 2, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         argv = [
             sys.executable, "-m", "celery", "-A", "project", "worker",
             "-n", f"{name}@%h", "-Q", self.queue, "-c", str(concurrency),
             "-l", "info", "--without-gossip", "--without-mingle",
         ]  # fmt: skip
-        return self._start(name, argv)
+        return self._start(name, argv, env)
 
-    def start_beat(self, name: str) -> subprocess.Popen[bytes]:
+    def start_beat(
+        self, name: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A ``celery beat``; ``env`` adds variables for this process only."""
         return self._start(
-            name, [sys.executable, "-m", "celery", "-A", "project", "beat", "-l", "info"]
+            name, [sys.executable, "-m", "celery", "-A", "project", "beat", "-l", "info"], env
         )
 
     def manage(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -84,10 +89,12 @@ class Cluster:
     def log_of(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
-    def _start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _start(
+        self, name: str, argv: list[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         out = (self.logs / f"{name}.log").open("wb")
         process = subprocess.Popen(
-            argv, env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            argv, env={**self.env, **(env or {})}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         out.close()

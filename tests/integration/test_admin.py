@@ -63,6 +63,7 @@ def form_data(**overrides: str) -> dict[str, str]:
         "soft_time_limit": "",
         "time_limit": "",
         "lease_ttl": "30",
+        "min_hold": "0",
         "queue": "default",
         "priority": "",
     }
@@ -187,6 +188,7 @@ BAD_INPUTS = [
     pytest.param({"lease_ttl": "1"}, "lease_ttl", id="policy-out-of-range"),
     pytest.param({"overlap": "sometimes"}, "overlap", id="policy-unknown-choice"),
     pytest.param({"soft_time_limit": "20", "time_limit": "10"}, "__all__", id="soft-above-hard"),
+    pytest.param({"min_hold": "60", "lease_ttl": "30"}, "min_hold", id="hold-above-ttl"),
 ]
 
 

@@ -41,6 +41,7 @@ JOB_KEYS = {
     "soft_time_limit",
     "time_limit",
     "lease_ttl",
+    "min_hold",
     "queue",
     "priority",
     "args",

@@ -149,3 +149,13 @@ def test_a_run_whose_lease_is_taken_away_is_recorded_lost(make_job: Callable[...
     run.refresh_from_db()
     assert run.status == RunStatus.LOST
     assert newer.token > (run.fencing_token or 0)
+
+
+def test_a_continuous_job_cannot_be_triggered(make_job: Callable[..., Job]) -> None:
+    from jobs.exceptions import NotTriggerable
+    from jobs.services import run_now
+
+    job = make_job("forever", task="tests.wait_for_stop", schedule=None)
+    with pytest.raises(NotTriggerable, match="continuous job"):
+        run_now(job.name)
+    assert not JobRun.objects.filter(job=job).exists()

@@ -21,9 +21,10 @@ from django.core.management.base import (
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
-from jobs import cli, registry, services
-from jobs.exceptions import JobNotFound
+from jobs import cli, registry, retention, services
+from jobs.exceptions import JobNotFound, NotTriggerable
 from jobs.models import CatchUp, Job, JobRun, Lease, Node, OnLost, Overlap, RunStatus
+from jobs.nodes import with_liveness
 from jobs.schedules import At, Cron, Schedule, describe
 
 VERBS = (
@@ -38,6 +39,7 @@ VERBS = (
     "nodes",
     "leases",
     "tasks",
+    "prune",
 )
 
 EXIT_STATUS = """\
@@ -63,6 +65,7 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "soft_time_limit": {"type": cli.duration, "metavar": "DURATION"},
     "time_limit": {"type": cli.duration, "metavar": "DURATION"},
     "lease_ttl": {"type": cli.duration, "metavar": "DURATION"},
+    "min_hold": {"type": cli.duration, "metavar": "DURATION"},
     "queue": {"metavar": "QUEUE"},
     "priority": {"type": int, "metavar": "0-9"},
 }
@@ -115,6 +118,12 @@ class Command(BaseCommand):
         self._add_listing(
             verbs, "tasks", "List registered job functions and their declared schedule."
         )
+        # issue 6: history retention (jobs.retention)
+        prune = verbs.add_parser(
+            "prune", verb="prune", help="Delete finished runs older than JOBS_RETENTION_<STATUS>."
+        )
+        prune.add_argument("--dry-run", action="store_true", help="Only count what would go.")
+        prune.add_argument("--json", action="store_true", help="Print a JSON object.")
 
     def _add_listing(self, verbs: Any, verb: str, text: str) -> CommandParser:
         parser: CommandParser = verbs.add_parser(verb, verb=verb, help=text, description=text)
@@ -186,7 +195,7 @@ class Command(BaseCommand):
         handler = getattr(self, f"_verb_{verb}")
         try:
             handler(options)
-        except JobNotFound as exc:
+        except (JobNotFound, NotTriggerable) as exc:
             raise cli.CliError(verb, str(exc), returncode=cli.RUNTIME) from None
 
     def _verb_add(self, options: dict[str, Any]) -> None:
@@ -284,12 +293,22 @@ class Command(BaseCommand):
         self._table((*headers, "DURATION", "ERROR"), rows, "runs")
 
     def _verb_nodes(self, options: dict[str, Any]) -> None:
-        nodes = list(Node.objects.all())
+        # state: alive, dead (3 missed heartbeats, by the database clock) or stopped.
+        nodes = list(with_liveness(Node.objects.all()))
         if options["json"]:
-            self._json([cli.node_record(node) for node in nodes])
+            self._json([{**cli.node_record(node), "state": node.liveness} for node in nodes])
             return
         rows = [
-            (n.name, n.host, n.pid, n.state, n.queues, n.concurrency, n.version, n.last_heartbeat)
+            (
+                n.name,
+                n.host,
+                n.pid,
+                n.liveness,
+                n.queues,
+                n.concurrency,
+                n.version,
+                n.last_heartbeat,
+            )
             for n in nodes
         ]
         headers = ("NAME", "HOST", "PID", "STATE", "QUEUES", "CONCURRENCY", "VERSION")
@@ -316,6 +335,24 @@ class Command(BaseCommand):
             return
         rows = [(r["name"], r["schedule"], r["summary"]) for r in records]
         self._table(("NAME", "SCHEDULE", "SUMMARY"), rows, "registered job functions")
+
+    def _verb_prune(self, options: dict[str, Any]) -> None:
+        result = retention.prune(dry_run=options["dry_run"])
+        if options["json"]:
+            self._json(
+                {
+                    "dry_run": options["dry_run"],
+                    "deleted": dict(result.deleted),
+                    "cutoffs": {k: v.isoformat() for k, v in result.cutoffs.items()},
+                    "beat_heartbeats": result.beat_heartbeats,
+                }
+            )
+            return
+        verb = "would delete" if options["dry_run"] else "deleted"
+        for status, count in result.deleted.items():
+            before = cli.cell(result.cutoffs[status])
+            self.stdout.write(f"{status}: {verb} {count} run(s) with a slot before {before}")
+        self.stdout.write(f"{verb} {result.total} run(s) in all")
 
     # --- output -----------------------------------------------------------------------------
     def _json(self, data: object) -> None:

@@ -1,0 +1,378 @@
+"""The singleton guard's cost: lease statement latency, and guarded run throughput.
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/jobs \\
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/4 \\
+        .venv/bin/python -m bench.lease_bench [--samples 2000] [--tasks 2000] [--rounds 3]
+
+It works in its own database, ``<name of DATABASE_URL's database>_lease_bench`` on the same
+server (created afresh, dropped at the end), and on queues of its own on the broker.
+
+- **latency**: each lease statement (acquire, renew, release; the run claim that also acquires,
+  the fenced finish that also releases) against the bare round trip ``SELECT 1`` and a bare
+  conditional ``UPDATE`` of one row, each ``--samples`` times on one connection: median, p99,
+  and the ratios of the medians.
+- **throughput**: one ``celery worker -c 2`` drains ``--tasks`` messages published before it
+  started: a plain Celery no-op task, a guarded no-op run (claim with lease, heartbeat thread,
+  fenced finish with release, spread over 50 jobs so the two processes never want the same
+  lease), and a celery-singleton no-op task (its Redis lock is taken when publishing and released
+  by the worker) when celery-singleton is installed. Each function appends its start time to a
+  file; throughput is (tasks - 1) / (last start - first start), so worker start-up is not
+  counted. ``--rounds`` alternate the kinds; the median per kind is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from celery import shared_task
+
+from jobs import job
+
+ROOT = Path(__file__).resolve().parents[1]
+GUARDED_JOBS = 50
+
+Singleton: Any
+try:  # optional: a comparison, not a dependency of the platform
+    Singleton = importlib.import_module("celery_singleton").Singleton
+except ImportError:
+    Singleton = None
+
+
+def _stamp(log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)
+
+
+# --- the functions the bench's worker runs (it imports this module through JOBS_MODULES) -----
+
+
+@job("bench.noop")
+def guarded_noop(ctx: Any, log: str) -> None:
+    """A guarded no-op: everything a run costs, nothing of its own."""
+    _stamp(log)
+
+
+@shared_task(name="bench.plain_noop")
+def plain_noop(log: str, n: int) -> None:
+    _stamp(log)
+
+
+if Singleton is not None:
+
+    @shared_task(base=Singleton, name="bench.singleton_noop")
+    def singleton_noop(log: str, n: int) -> None:
+        _stamp(log)
+
+
+# --- measuring --------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * pct // 100))
+    return ordered[int(rank) - 1]
+
+
+def _timed(samples: int, once: Callable[[], object]) -> list[float]:
+    """Milliseconds each of ``samples`` calls of ``once`` took."""
+    timings = []
+    for _ in range(samples):
+        started = time.perf_counter_ns()
+        once()
+        timings.append((time.perf_counter_ns() - started) / 1e6)
+    return timings
+
+
+def measure_latency(samples: int) -> dict[str, list[float]]:
+    from django.db import connection
+    from django.utils import timezone
+
+    from jobs import lease, records
+    from jobs.models import Job, JobRun, RunStatus, Trigger
+
+    results: dict[str, list[float]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_row (id int PRIMARY KEY, n bigint NOT NULL)")
+        cursor.execute("INSERT INTO bench_row VALUES (1, 0)")
+
+        results["SELECT 1"] = _timed(samples, lambda: cursor.execute("SELECT 1"))
+        update = "UPDATE bench_row SET n = n + 1 WHERE id = 1 AND n >= 0"
+        results["bare conditional UPDATE"] = _timed(samples, lambda: cursor.execute(update))
+
+    acquire_times, release_times = [], []
+    for _ in range(samples):
+        started = time.perf_counter_ns()
+        held = lease.acquire("bench", "bench-holder", 30)
+        acquire_times.append((time.perf_counter_ns() - started) / 1e6)
+        assert held is not None
+        started = time.perf_counter_ns()
+        assert lease.release(held)
+        release_times.append((time.perf_counter_ns() - started) / 1e6)
+    results["lease acquire"] = acquire_times
+    held = lease.acquire("bench", "bench-holder", 30)
+    assert held is not None
+    results["lease renew"] = _timed(samples, lambda: lease.renew(held))
+    results["lease release"] = release_times
+    lease.release(held)
+
+    # A run's two statements: the claim that also takes the lease, the finish that gives it back.
+    job_row = Job.objects.create(name="bench-latency", task="bench.noop")
+    now = timezone.now()
+    runs = JobRun.objects.bulk_create(
+        JobRun(job=job_row, scheduled_for=now, trigger=Trigger.MANUAL) for _ in range(samples)
+    )
+    claim_times, finish_times = [], []
+    for run in runs:
+        started = time.perf_counter_ns()
+        claim = records.claim(run.pk, node="bench", pid=1, task_id="t", holder="bench:1")
+        claim_times.append((time.perf_counter_ns() - started) / 1e6)
+        assert claim is not None and claim.lease is not None
+        started = time.perf_counter_ns()
+        finished = records.finish_fenced(
+            run.pk, key=claim.lease.key, token=claim.lease.token, status=RunStatus.SUCCEEDED
+        )
+        finish_times.append((time.perf_counter_ns() - started) / 1e6)
+        assert finished.status == RunStatus.SUCCEEDED
+    results["run claim + lease acquire (1 statement)"] = claim_times
+    results["run finish + lease release (1 statement)"] = finish_times
+    return results
+
+
+class Throughput:
+    """Drains pre-published messages with a fresh ``celery worker -c 2`` per measurement."""
+
+    def __init__(self, tasks: int, database_url: str) -> None:
+        from tests.acceptance.conftest import Cluster
+
+        self.tasks = tasks
+        self.tmp = Path(tempfile.mkdtemp(prefix="lease-bench-"))
+        (self.tmp / "logs").mkdir()
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=database_url,
+            JOBS_MODULES="bench.lease_bench",
+            # Production settings for the worker: debug mode records every query it makes.
+            DJANGO_DEBUG="0",
+            DJANGO_SECRET_KEY="lease-bench-only-" + uuid.uuid4().hex,
+            DJANGO_ALLOWED_HOSTS="localhost",
+            DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "project.settings"),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        )
+        self.env = env
+        self.Cluster = Cluster
+        self.serial = 0
+        self.jobs: list[Any] = []
+
+    def measure(self, kind: str) -> float:
+        from celery import current_app
+
+        self.serial += 1
+        queue = f"lease-bench-{uuid.uuid4().hex[:8]}"
+        log = self.tmp / f"{kind}-{self.serial}.log"
+        cluster = self.Cluster(env=self.env, queue=queue, logs=self.tmp / "logs")
+        with current_app.producer_or_acquire() as producer:
+            if kind == "guarded":
+                self._publish_runs(queue, str(log), producer)
+            else:
+                # Through the task object: celery-singleton takes its lock in apply_async.
+                task = plain_noop if kind == "plain" else singleton_noop
+                for n in range(self.tasks):
+                    task.apply_async(args=(str(log), n), queue=queue, producer=producer)
+        try:
+            cluster.start_worker(f"bench{self.serial}", concurrency=2)
+            deadline = time.monotonic() + 60 + self.tasks / 20
+            while _lines(log) < self.tasks:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{kind}: {_lines(log)} of {self.tasks} done")
+                time.sleep(0.2)
+            if kind == "guarded":
+                self._wait_recorded()
+        finally:
+            cluster.stop_all()
+        stamps = sorted(float(line) for line in log.read_text().split())
+        return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+
+    def _publish_runs(self, queue: str, log: str, producer: Any) -> None:
+        from django.utils import timezone
+
+        from jobs.dispatch import publish
+        from jobs.models import Job, JobRun, Trigger
+
+        if not self.jobs:
+            self.jobs = Job.objects.bulk_create(
+                Job(name=f"bench-{i}", task="bench.noop", kwargs={"log": log})
+                for i in range(GUARDED_JOBS)
+            )
+        Job.objects.filter(name__startswith="bench-").update(kwargs={"log": log}, queue=queue)
+        for job_row in self.jobs:
+            job_row.queue = queue
+        now = timezone.now()
+        runs = JobRun.objects.bulk_create(
+            JobRun(job=self.jobs[i % GUARDED_JOBS], scheduled_for=now, trigger=Trigger.MANUAL)
+            for i in range(self.tasks)
+        )
+        for run in runs:
+            publish(run.job, run.pk, now, producer=producer)
+
+    def _wait_recorded(self) -> None:
+        from jobs.models import JobRun, RunStatus
+
+        deadline = time.monotonic() + 60
+        while JobRun.objects.filter(status__in=[RunStatus.SCHEDULED, RunStatus.RUNNING]).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("guarded runs still unfinished")
+            time.sleep(0.2)
+        statuses = set(JobRun.objects.values_list("status", flat=True).distinct())
+        if statuses != {RunStatus.SUCCEEDED}:
+            raise AssertionError(f"guarded runs ended {statuses}, not all succeeded")
+        JobRun.objects.all().delete()
+
+
+def _lines(log: Path) -> int:
+    return log.read_bytes().count(b"\n") if log.exists() else 0
+
+
+# --- reporting --------------------------------------------------------------------------------
+
+
+def latency_table(results: dict[str, list[float]]) -> str:
+    base = statistics.median(results["SELECT 1"])
+    update = statistics.median(results["bare conditional UPDATE"])
+    lines = [
+        "| statement | median ms | p99 ms | vs SELECT 1 | vs bare UPDATE |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, values in results.items():
+        median = statistics.median(values)
+        lines.append(
+            f"| {name} | {median:.3f} | {percentile(values, 99):.3f} | {median / base:.1f} "
+            f"| {median / update:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def throughput_table(results: dict[str, list[float]], tasks: int) -> str:
+    """Medians per kind, and the median of the per-round ratios to plain Celery (the rounds
+    alternate the kinds, so a ratio compares measurements taken moments apart)."""
+    plain = results["plain"]
+    lines = [
+        f"| no-op, one worker -c 2, {tasks} tasks | tasks/s (median) | each round "
+        "| vs plain Celery (median of per-round ratios) |",
+        "| --- | --- | --- | --- |",
+    ]
+    labels = {
+        "plain": "plain Celery task",
+        "guarded": "guarded run (claim + lease, heartbeat, fenced finish + release)",
+        "singleton": "celery-singleton task (Redis lock)",
+    }
+    for kind, values in results.items():
+        ratio = statistics.median(v / p for v, p in zip(values, plain, strict=True))
+        rounds = ", ".join(f"{v:.0f}" for v in values)
+        lines.append(
+            f"| {labels[kind]} | {statistics.median(values):.0f} | {rounds} | {ratio:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _admin_url(url: str) -> str:
+    import dj_database_url
+
+    config = dj_database_url.parse(url)
+    auth = config["USER"] + (f":{config['PASSWORD']}" if config.get("PASSWORD") else "")
+    port = f":{config['PORT']}" if config.get("PORT") else ""
+    return f"postgresql://{auth}@{config['HOST']}{port}/postgres"
+
+
+def _recreate(admin: str, name: str, create: bool) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        if create:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.lease_bench")
+    parser.add_argument("--samples", type=int, default=2000, help="per latency measurement")
+    parser.add_argument("--tasks", type=int, default=2000, help="per throughput measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="throughput rounds per kind")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument(
+        "--kinds", default="plain,guarded,singleton", help="throughput kinds, comma-separated"
+    )
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    args = parser.parse_args(argv)
+
+    url = os.environ.get("DATABASE_URL")
+    if not url or not url.startswith("postgres") or not os.environ.get("CELERY_BROKER_URL"):
+        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
+        return 2
+    import dj_database_url
+
+    name = dj_database_url.parse(url)["NAME"] + "_lease_bench"
+    admin = _admin_url(url)
+    _recreate(admin, name, create=True)
+    bench_url = url.rsplit("/", 1)[0] + "/" + name
+    os.environ.update(DATABASE_URL=bench_url, DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    try:
+        call_command("migrate", verbosity=0)
+        print(f"latency: {args.samples} samples per statement...", flush=True)
+        latency = measure_latency(args.samples)
+        throughput: dict[str, list[float]] = {}
+        kinds = [
+            kind
+            for kind in args.kinds.split(",")
+            if kind in ("plain", "guarded") or (kind == "singleton" and Singleton is not None)
+        ]
+        if not args.skip_throughput:
+            bench = Throughput(args.tasks, bench_url)
+            for round_ in range(args.rounds):
+                for kind in kinds:
+                    rate = bench.measure(kind)
+                    throughput.setdefault(kind, []).append(rate)
+                    print(f"  round {round_ + 1}: {kind} {rate:.0f} tasks/s", flush=True)
+    finally:
+        connections.close_all()
+        _recreate(admin, name, create=False)
+
+    print()
+    print(latency_table(latency))
+    if throughput:
+        print()
+        print(throughput_table(throughput, args.tasks))
+    if Singleton is None:
+        print("\ncelery-singleton is not installed: its row is missing "
+              "(pip install celery-singleton to compare).")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"latency_ms": latency, "throughput": throughput}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

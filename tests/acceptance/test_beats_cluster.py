@@ -1,0 +1,294 @@
+"""Issue 3 acceptance: several live beats, one run per slot, start deadlines, maintenance and
+catch-up, on real ``celery beat`` / ``celery worker`` processes.
+
+Executions are counted independently of the run table: ``tests.record`` appends one line per
+execution (run id first) to a file. Times are read from this machine's clock, which the beats
+(unless shifted on purpose) and the database share.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from jobs import records
+from jobs.dispatch import publish
+from jobs.models import Job, JobRun, RunStatus
+from jobs.schedules import Every
+from jobs.services import JobDefinition, create_job
+from tests.acceptance.conftest import Cluster, wait_for
+
+pytestmark = pytest.mark.acceptance
+
+# Maintenance often, so a lost message is re-published within seconds.
+BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
+START_TIMEOUT = 90  # five Python processes starting at once on a small machine
+
+
+def _jobs(
+    cluster: Cluster, log: Path, specs: Iterable[tuple[str, int]], **policies: object
+) -> list[Job]:
+    return [
+        create_job(
+            JobDefinition(
+                name=name,
+                task="tests.record",
+                schedule=Every(seconds),
+                kwargs={"log": str(log)},
+                policies={"queue": cluster.queue, **policies},
+            )
+        )
+        for name, seconds in specs
+    ]
+
+
+def _wait_started(cluster: Cluster, beats: Iterable[str], workers: Iterable[str]) -> None:
+    def started() -> bool:
+        return all("beat loaded" in cluster.log_of(name) for name in beats) and all(
+            " ready." in cluster.log_of(name) for name in workers
+        )
+
+    wait_for(started, timeout=START_TIMEOUT, what="beats loaded and workers ready", poll=0.5)
+
+
+def _wait_until(moment: datetime) -> None:
+    wait_for(lambda: timezone.now() >= moment, timeout=120, what=f"{moment.isoformat()}")
+
+
+def _second(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def _grid(seconds: int, start: datetime, end: datetime) -> list[datetime]:
+    """The slots of ``Every(seconds)`` in ``[start, end]``."""
+    step = timedelta(seconds=seconds)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    first = epoch + -((epoch - start) // step) * step
+    return [first + step * i for i in range(int((end - first) / step) + 1)]
+
+
+def _executions(log: Path) -> Counter[int]:
+    if not log.exists():
+        return Counter()
+    return Counter(int(line.split()[0]) for line in log.read_text().splitlines() if line)
+
+
+def _runs_in(job: Job, start: datetime, end: datetime) -> list[JobRun]:
+    return list(
+        JobRun.objects.filter(job=job, scheduled_for__gte=start, scheduled_for__lte=end).order_by(
+            "scheduled_for"
+        )
+    )
+
+
+def _wait_settled(jobs: Iterable[Job], start: datetime, end: datetime, seconds: int) -> None:
+    """Until every slot of the window has a record and none is still scheduled or running."""
+    jobs = list(jobs)
+
+    def settled() -> bool:
+        for job in jobs:
+            runs = _runs_in(job, start, end)
+            if len(runs) < len(_grid(_interval(job), start, end)):
+                return False
+            if any(run.status in (RunStatus.SCHEDULED, RunStatus.RUNNING) for run in runs):
+                return False
+        return True
+
+    wait_for(settled, timeout=seconds, what="every slot of the window recorded and finished")
+
+
+def _interval(job: Job) -> int:
+    """Jobs here are named ``<what>-<interval seconds>-<n>``."""
+    return int(job.name.split("-")[1])
+
+
+def _assert_each_slot_once(
+    job: Job, start: datetime, end: datetime, executions: Counter[int], seconds: int
+) -> list[JobRun]:
+    runs = _runs_in(job, start, end)
+    assert [run.scheduled_for for run in runs] == _grid(seconds, start, end), (
+        f"{job.name}: not exactly one record per slot"
+    )
+    for run in runs:
+        expected = 1 if run.status == RunStatus.SUCCEEDED else 0
+        assert executions[run.pk] == expected, f"{job.name} run {run.pk} ({run.status})"
+    return runs
+
+
+def test_three_beats_fire_each_slot_once_through_kills_and_skewed_clocks(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """3 beats (one exact, one 2.5 s ahead, one 2.5 s behind) + 2 workers, 20 jobs at 1-2 s
+    for 30 s; the exact and the ahead beat are killed -9 after 12 s."""
+    log = tmp_path / "executions.log"
+    cluster.start_worker("worker-a")
+    cluster.start_worker("worker-b")
+    cluster.start_beat("beat-exact", env=BEAT_ENV)
+    cluster.start_beat("beat-ahead", env={**BEAT_ENV, "JOBS_BEAT_TEST_CLOCK_OFFSET": "2.5"})
+    cluster.start_beat("beat-behind", env={**BEAT_ENV, "JOBS_BEAT_TEST_CLOCK_OFFSET": "-2.5"})
+    _wait_started(cluster, ["beat-exact", "beat-ahead", "beat-behind"], ["worker-a", "worker-b"])
+    # Added while the beats run: each picks them up from the change log within a tick.
+    specs = [(f"tick-1-{n}", 1) for n in range(10)] + [(f"tick-2-{n}", 2) for n in range(10)]
+    # Overlap allow: on a busy machine two runs of one job may meet on the two workers, and
+    # overlap skip would then rightly record one `skipped`; this test is about the beats.
+    jobs = _jobs(cluster, log, specs, overlap="allow")
+    start = _second(timezone.now()) + timedelta(seconds=2)
+
+    _wait_until(start + timedelta(seconds=12))
+    cluster.kill("beat-exact")
+    cluster.kill("beat-ahead")
+    _wait_until(start + timedelta(seconds=30))
+    end = start + timedelta(seconds=26)  # the surviving beat fires 2.5 s after each slot
+    _wait_settled(jobs, start, end, seconds=60)
+
+    executions = _executions(log)
+    assert max(executions.values()) == 1, "a run executed twice"
+    for job, (_, seconds) in zip(jobs, specs, strict=True):
+        runs = _assert_each_slot_once(job, start, end, executions, seconds)
+        assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
+    # Every beat took part: the skewed ones fired slots too, before two of them were killed.
+    for beat in ("beat-exact", "beat-ahead", "beat-behind"):
+        assert "created here" in cluster.log_of(beat)
+
+
+def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """One beat, one worker. The worker is stopped (SIGSTOP) for 7 s, during which the broker's
+    database is flushed; then the same run's message is published 5 times."""
+    log = tmp_path / "executions.log"
+    # One process: the backlog after the stop runs one at a time, so overlap never skips.
+    worker = cluster.start_worker("worker", concurrency=1)
+    cluster.start_beat("beat", env=BEAT_ENV)
+    _wait_started(cluster, ["beat"], ["worker"])
+    steady = _jobs(cluster, log, [(f"steady-1-{n}", 1) for n in range(3)], start_deadline=60)
+    [late] = _jobs(cluster, log, [("late-2-0", 2)], start_deadline=3)
+    start = _second(timezone.now()) + timedelta(seconds=2)
+
+    _wait_until(start + timedelta(seconds=4))
+    stopped_at = timezone.now()
+    worker.send_signal(signal.SIGSTOP)  # the worker's main process: it stops taking messages
+    try:
+        _wait_until(stopped_at + timedelta(seconds=3))
+        # Only the broker database this test run was given: others share this Redis server.
+        broker = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
+        broker.flushdb()
+        broker.close()
+        _wait_until(stopped_at + timedelta(seconds=7))
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    resumed_at = timezone.now()
+    _wait_until(start + timedelta(seconds=20))
+    end = start + timedelta(seconds=18)
+    _wait_settled([*steady, late], start, end, seconds=60)
+
+    executions = _executions(log)
+    for job in steady:  # messages lost in the flush were re-published: every slot ran, once
+        runs = _assert_each_slot_once(job, start, end, executions, 1)
+        assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
+    runs = _assert_each_slot_once(late, start, end, executions, 2)
+    missed = [run for run in runs if run.status == RunStatus.MISSED]
+    assert missed, "no slot of the blocked worker's job was recorded missed"
+    for run in missed:  # around the stop only (the backlog after it may delay a few more)
+        assert "start deadline of 3 s" in run.error
+        assert stopped_at - timedelta(seconds=4) <= run.scheduled_for
+        assert run.scheduled_for <= resumed_at + timedelta(seconds=5)
+    for run in runs:
+        assert run.status in (RunStatus.SUCCEEDED, RunStatus.MISSED), run
+        if run.status == RunStatus.SUCCEEDED:  # never started late (database clock)
+            assert run.lag is not None and run.lag <= 3.0 + 0.5, run
+
+    # The same run's message, published 5 times: one execution, four recorded duplicates.
+    [dup] = _jobs(cluster, log, [("dup-3600-0", 3600)])
+    [created] = records.insert_scheduled([(dup.pk, _second(timezone.now()))])
+    for _ in range(5):
+        publish(dup, created.run_id, created.scheduled_for)
+
+    def four_duplicates() -> bool:
+        recorded = JobRun.objects.get(pk=created.run_id)
+        return recorded.status == RunStatus.SUCCEEDED and recorded.duplicate_deliveries == 4
+
+    wait_for(four_duplicates, timeout=60, what="one execution and 4 duplicate deliveries")
+    assert _executions(log)[created.run_id] == 1
+
+
+def test_after_every_beat_was_down_the_catch_up_policy_applies(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two beats stopped for 5 intervals (10 s), then started again: ``latest`` runs the newest
+    missed slot and records the others missed, ``none`` records them all (its newest slot runs
+    only if it is current: due less than half an interval before the beat came back)."""
+    log = tmp_path / "executions.log"
+    cluster.start_worker("worker", concurrency=1)
+    cluster.start_beat("beat-1", env=BEAT_ENV)
+    cluster.start_beat("beat-2", env=BEAT_ENV)
+    _wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
+    latest_job, none_job = _jobs(cluster, log, [("latest-2-0", 2)], catch_up="latest") + _jobs(
+        cluster, log, [("none-2-0", 2)], catch_up="none"
+    )
+    both = (latest_job, none_job)
+
+    def succeeded_after(moment: datetime, count: int) -> bool:
+        return all(
+            JobRun.objects.filter(
+                job=job, status=RunStatus.SUCCEEDED, scheduled_for__gt=moment
+            ).count()
+            >= count
+            for job in both
+        )
+
+    wait_for(lambda: succeeded_after(timezone.now() - timedelta(minutes=1), 3), 60, "3 runs")
+    for beat in ("beat-1", "beat-2"):
+        cluster.kill(beat, signal.SIGTERM)
+    for beat in ("beat-1", "beat-2"):
+        cluster.processes[beat].wait(timeout=30)
+    stopped_at = timezone.now()
+    last = {job.name: _newest_slot(job) for job in both}
+    _wait_until(stopped_at + timedelta(seconds=10))  # the outage: 5 intervals
+    restarted_at = timezone.now()
+    cluster.start_beat("beat-1-again", env=BEAT_ENV)
+    cluster.start_beat("beat-2-again", env=BEAT_ENV)
+    wait_for(lambda: succeeded_after(restarted_at, 3), START_TIMEOUT, "3 runs after the restart")
+    end = min(
+        JobRun.objects.filter(job=job, status=RunStatus.SUCCEEDED)
+        .order_by("-scheduled_for")
+        .values_list("scheduled_for", flat=True)[0]
+        for job in both
+    )
+    _wait_settled(both, min(last.values()), end, seconds=60)
+
+    executions = _executions(log)
+    for job, grace in ((latest_job, 2), (none_job, 1)):
+        after_last = last[job.name] + timedelta(seconds=2)
+        runs = _assert_each_slot_once(job, after_last, end, executions, 2)
+        missed = [run for run in runs if run.status == RunStatus.MISSED]
+        # The missed ones are the oldest slots of the outage, contiguous, each saying why.
+        assert runs[: len(missed)] == missed, job.name
+        assert all(run.status == RunStatus.SUCCEEDED for run in runs[len(missed) :]), job.name
+        assert all("no beat was running" in run.error for run in missed), job.name
+        assert all(f"catch-up policy {job.catch_up}" in run.error for run in missed), job.name
+        # Every slot that passed while no beat ran is missed, except (latest) the newest one,
+        # or (none) a newest one still current when the beats came back.
+        outage = [
+            run for run in runs if run.scheduled_for <= restarted_at - timedelta(seconds=grace)
+        ]
+        assert len(outage) >= 4, job.name
+        assert all(run.status == RunStatus.MISSED for run in outage), job.name
+    # latest: the slot right after the missed ones is the newest missed slot, run late.
+    runs = _runs_in(latest_job, last[latest_job.name] + timedelta(seconds=2), end)
+    newest = next(run for run in runs if run.status == RunStatus.SUCCEEDED)
+    assert newest.scheduled_for > restarted_at - timedelta(seconds=2)
+
+
+def _newest_slot(job: Job) -> datetime:
+    newest = JobRun.objects.filter(job=job).order_by("-scheduled_for").first()
+    assert newest is not None
+    return newest.scheduled_for

@@ -1,0 +1,137 @@
+"""Exactly once on RabbitMQ: real beats and workers with CELERY_BROKER_URL=amqp://, a job defined
+through the CLI, every slot run once; and the broker-side facts the design relies on: a durable
+queue, persistent messages, late acknowledgement (a message is gone only once its run ended) and
+a prefetch of one.
+
+Each test gets its own virtual host when ``rabbitmqctl`` can create one (else the test's own
+queue on the default vhost keeps it apart). ``JOBS_TEST_AMQP_URL`` points elsewhere than the
+local server (default ``amqp://guest:guest@127.0.0.1:5672/``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import amqp
+import pytest
+from kombu import Connection
+
+from jobs.models import JobRun, RunStatus, Trigger
+from tests.acceptance.conftest import Cluster, wait_for
+
+pytestmark = pytest.mark.acceptance
+
+AMQP_BASE = os.environ.get("JOBS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def _rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+@pytest.fixture
+def amqp_url() -> Iterator[str]:
+    if shutil.which("rabbitmqctl") is None:
+        yield AMQP_BASE.rstrip("/") + "//"
+        return
+    vhost = f"clusterjobs-test-{uuid.uuid4().hex[:8]}"
+    _rabbitmqctl("add_vhost", vhost)
+    try:
+        user = Connection(AMQP_BASE).userid or "guest"
+        _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        yield AMQP_BASE.rstrip("/") + "/" + vhost
+    finally:
+        _rabbitmqctl("delete_vhost", vhost)
+
+
+def _vhost(url: str) -> str:
+    return Connection(url).virtual_host
+
+
+def _queue_depth(url: str, queue: str) -> int:
+    with Connection(url) as conn:
+        channel: Any = conn.default_channel
+        _name, messages, _consumers = channel.queue_declare(queue, passive=True)
+        return int(messages)
+
+
+def test_every_slot_runs_once_on_rabbitmq(cluster: Cluster, amqp_url: str, tmp_path: Path) -> None:
+    cluster.env.update(CELERY_BROKER_URL=amqp_url, JOBS_LOG_FORMAT="json")
+    log = tmp_path / "executions.log"
+    added = cluster.manage(
+        "jobs", "add", "tick", "--task", "tests.record", "--every", "1s",
+        "--kwargs", json.dumps({"log": str(log)}), "--queue", cluster.queue,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+
+    # Before any worker runs: a manual run's message waits in the queue. Look at it there.
+    triggered = cluster.manage("jobs", "run", "tick")
+    assert triggered.returncode == 0, triggered.stderr
+    manual_id = int(triggered.stdout.strip())
+    with Connection(amqp_url) as conn:
+        channel: Any = conn.default_channel
+        message = channel.basic_get(cluster.queue, no_ack=False)
+        assert message is not None, "the run's message is not in its queue"
+        assert message.properties["delivery_mode"] == 2, "the message is not persistent"
+        assert message.headers["id"] == f"jobrun-{manual_id}"
+        channel.basic_reject(message.delivery_tag, requeue=True)
+        # Declaring the same queue as transient is refused: it exists, and it is durable.
+        with pytest.raises(amqp.exceptions.PreconditionFailed):
+            channel.queue_declare(cluster.queue, durable=False)
+
+    for name in ("node-a", "node-b"):
+        cluster.start_worker(name, concurrency=1)
+    for name in ("beat-1", "beat-2"):
+        cluster.start_beat(name)
+
+    def done() -> bool:
+        scheduled = JobRun.objects.filter(
+            job__name="tick", trigger=Trigger.SCHEDULED, status=RunStatus.SUCCEEDED
+        )
+        manual = JobRun.objects.filter(pk=manual_id, status=RunStatus.SUCCEEDED)
+        return scheduled.count() >= 3 and manual.exists()
+
+    wait_for(done, timeout=90, what="3 scheduled runs and the manual one, succeeded")
+
+    runs = list(JobRun.objects.filter(job__name="tick", trigger=Trigger.SCHEDULED))
+    slots = [run.scheduled_for for run in runs]
+    assert len(slots) == len(set(slots)), "a slot has two runs"
+    executed = [line.split()[0] for line in log.read_text().splitlines()]
+    assert len(executed) == len(set(executed)), "a run executed twice"
+    succeeded = {str(run.pk) for run in runs if run.status == RunStatus.SUCCEEDED}
+    assert succeeded | {str(manual_id)} <= set(executed)
+
+    if shutil.which("rabbitmqctl") is not None:
+        consumers = _rabbitmqctl(
+            "list_consumers", "-p", _vhost(amqp_url), "queue_name", "channel_pid", "ack_required"
+        ).stdout
+        ours = [line.split("\t") for line in consumers.splitlines() if cluster.queue in line]
+        assert [row[2] for row in ours] == ["true", "true"], f"manual (late) acks: {consumers}"
+        # Celery sets the prefetch on the channel (RabbitMQ's "global" QoS): one unacknowledged
+        # message per worker process at a time.
+        channels = _rabbitmqctl("list_channels", "pid", "global_prefetch_count").stdout
+        prefetch = dict(line.split("\t") for line in channels.splitlines() if "\t" in line)
+        assert [prefetch[row[1]] for row in ours] == ["1", "1"], channels
+
+    cluster.stop_all()
+    # Every message was acknowledged once its run ended: nothing is left to redeliver.
+    assert _queue_depth(amqp_url, cluster.queue) == 0
+
+    # JOBS_LOG_FORMAT=json: the workers' lines about runs are JSON objects naming the run.
+    records = [
+        json.loads(line)
+        for name in ("node-a", "node-b")
+        for line in cluster.log_of(name).splitlines()
+        if line.startswith("{")
+    ]
+    finished = [r for r in records if r.get("logger") == "jobs.runner" and "run_id" in r]
+    assert finished, "no JSON line from the runner"
+    assert all(record["node"].startswith(("node-a@", "node-b@")) for record in finished)

@@ -1,0 +1,444 @@
+"""The JSON API on a real database: authentication, listing, triggering at most once per
+Idempotency-Key (also under concurrent retries), pause/resume, policy edits, and field-level
+errors for every bad parameter, header or body."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import IntegrityError, connection, transaction
+from django.test import Client
+from django.utils import timezone
+
+from jobs import tokens
+from jobs.models import ApiToken, Job, JobRun, RunStatus, Trigger
+from jobs.schedules import Every
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def secret() -> str:
+    return tokens.create("tests")[1]
+
+
+@pytest.fixture
+def api(secret: str) -> Client:
+    return Client(headers={"authorization": f"Bearer {secret}"})
+
+
+def trigger(api: Client, name: str, key: str | None = "key-1") -> Any:
+    headers = {} if key is None else {"idempotency-key": key}
+    return api.post(f"/api/jobs/{name}/runs", headers=headers)
+
+
+# --- authentication -----------------------------------------------------------------------------
+
+
+def test_no_credentials_is_401_with_a_bearer_challenge(client: Client) -> None:
+    response = client.get("/api/jobs")
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert "error" in response.json()
+
+
+def test_unknown_token_is_401(client: Client) -> None:
+    response = client.get("/api/jobs", headers={"authorization": "Bearer cj_not-a-token"})
+
+    assert response.status_code == 401
+    assert response.json()["error"] == "unknown or revoked API token"
+
+
+def test_a_revoked_token_stops_working(api: Client) -> None:
+    assert api.get("/api/jobs").status_code == 200
+
+    assert tokens.revoke("tests")
+
+    assert api.get("/api/jobs").status_code == 401
+
+
+def test_only_the_digest_is_stored_and_use_is_recorded(secret: str, api: Client) -> None:
+    stored = ApiToken.objects.get(name="tests")
+    assert secret not in (stored.digest, stored.prefix) and stored.digest == tokens.digest(secret)
+    assert stored.last_used_at is None
+
+    api.get("/api/jobs")
+
+    stored.refresh_from_db()
+    assert stored.last_used_at is not None
+
+
+def test_a_staff_session_reads_and_needs_csrf_to_write(make_job: Callable[..., Job]) -> None:
+    make_job("report")
+    admin = User.objects.create_superuser("root", password="x")
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(admin)
+
+    assert browser.get("/api/jobs").status_code == 200
+    refused = trigger(browser, "report")
+    assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
+
+    browser.get("/admin/")  # sets the CSRF cookie, as any admin page does
+    csrf = browser.cookies["csrftoken"].value
+    accepted = browser.post(
+        "/api/jobs/report/runs", headers={"idempotency-key": "k", "x-csrftoken": csrf}
+    )
+    assert accepted.status_code == 201
+
+
+def test_a_session_needs_staff_and_the_permission() -> None:
+    user = User.objects.create_user("viewer", password="x")
+    browser = Client()
+    browser.force_login(user)
+    assert browser.get("/api/jobs").status_code == 403
+
+    user.is_staff = True
+    user.save()
+    assert browser.get("/api/jobs").status_code == 403
+
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    user = User.objects.get(pk=user.pk)  # drop the permission cache
+    browser.force_login(user)
+    assert browser.get("/api/jobs").status_code == 200
+    assert browser.post("/api/jobs/x/pause").status_code == 403
+
+
+def test_the_schema_is_public(client: Client) -> None:
+    response = client.get("/api/openapi.json")
+
+    assert response.status_code == 200
+    assert response.json()["openapi"].startswith("3.")
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+def test_list_jobs_with_filters(api: Client, make_job: Callable[..., Job]) -> None:
+    make_job("a")
+    make_job("b", schedule=None)
+    api.post("/api/jobs/a/pause")
+
+    everything = api.get("/api/jobs").json()["results"]
+    paused = api.get("/api/jobs", {"enabled": "false"}).json()["results"]
+    continuous = api.get("/api/jobs", {"kind": "continuous"}).json()["results"]
+
+    assert [job["name"] for job in everything] == ["a", "b"]
+    assert [job["name"] for job in paused] == ["a"]
+    assert [job["name"] for job in continuous] == ["b"]
+    first = everything[0]
+    assert first["schedule"] == "every hour"
+    assert first["next_slot"] is None  # paused
+    assert first["overlap"] == "skip" and first["lease_ttl"] == 30
+
+
+def test_a_job_shows_its_next_slot(api: Client, make_job: Callable[..., Job]) -> None:
+    make_job("minutely", schedule=Every(60))
+
+    job = api.get("/api/jobs/minutely").json()
+
+    assert job["next_slot"].endswith(":00Z")
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"enabled": "yes"}, "enabled"),
+        ({"kind": "forever"}, "kind"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_bad_job_filters_are_400_naming_the_parameter(
+    api: Client, query: dict[str, str], field: str
+) -> None:
+    response = api.get("/api/jobs", query)
+
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == [field]
+
+
+def test_unknown_job_is_404_json(api: Client) -> None:
+    for path in ("/api/jobs/nope", "/api/jobs/nope/runs", "/api/jobs/no%00pe"):
+        response = api.get(path)
+        assert response.status_code == 404, path
+        assert "no job named" in response.json()["error"]
+
+
+def test_wrong_method_is_405_with_allow(api: Client) -> None:
+    response = api.delete("/api/jobs")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+
+
+# --- triggering ---------------------------------------------------------------------------------
+
+
+def test_trigger_needs_an_idempotency_key(api: Client, make_job: Callable[..., Job]) -> None:
+    make_job("report")
+
+    for key in (None, "", "has space", "x" * 201, "é"):
+        response = trigger(api, "report", key)
+        assert response.status_code == 400, key
+        assert list(response.json()["fields"]) == ["Idempotency-Key"]
+    assert not JobRun.objects.exists()
+
+
+def test_the_same_key_twice_is_the_same_run(api: Client, make_job: Callable[..., Job]) -> None:
+    make_job("report")
+    make_job("other")
+
+    first = trigger(api, "report", "order-42")
+    again = trigger(api, "report", "order-42")
+    elsewhere = trigger(api, "other", "order-42")
+    fresh = trigger(api, "report", "order-43")
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first["Idempotent-Replayed"] == "false" and again["Idempotent-Replayed"] == "true"
+    assert first.json() == again.json()
+    assert first["Location"] == f"/api/runs/{first.json()['id']}"
+    assert elsewhere.status_code == fresh.status_code == 201
+    run = JobRun.objects.get(pk=first.json()["id"])
+    assert (run.trigger, run.status, run.idempotency_key) == (
+        Trigger.API,
+        RunStatus.SCHEDULED,
+        "order-42",
+    )
+    assert JobRun.objects.filter(job__name="report").count() == 2
+
+
+def test_the_database_refuses_a_second_run_with_one_key(make_job: Callable[..., Job]) -> None:
+    job = make_job("report")
+    now = timezone.now()
+    JobRun.objects.create(job=job, scheduled_for=now, trigger=Trigger.API, idempotency_key="k")
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        JobRun.objects.create(job=job, scheduled_for=now, trigger=Trigger.API, idempotency_key="k")
+    # Runs without a key are unconstrained.
+    JobRun.objects.create(job=job, scheduled_for=now, trigger=Trigger.MANUAL)
+    JobRun.objects.create(job=job, scheduled_for=now, trigger=Trigger.MANUAL)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_retries_with_one_key_make_one_run(
+    secret: str, make_job: Callable[..., Job]
+) -> None:
+    make_job("report")
+    clients = 6
+    start = threading.Barrier(clients)
+    answers: list[tuple[int, int]] = []
+
+    def retry() -> None:
+        try:
+            own = Client(headers={"authorization": f"Bearer {secret}"})
+            start.wait()
+            response = trigger(own, "report", "same-key")
+            answers.append((response.status_code, response.json()["id"]))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=retry) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert len(answers) == clients
+    assert len({run_id for _, run_id in answers}) == 1
+    assert sorted(status for status, _ in answers) == [200] * (clients - 1) + [201]
+    assert JobRun.objects.filter(job__name="report").count() == 1
+
+
+# --- pause, resume, policies --------------------------------------------------------------------
+
+
+def test_pause_and_resume(api: Client, make_job: Callable[..., Job]) -> None:
+    job = make_job("report")
+
+    paused = api.post("/api/jobs/report/pause")
+    job.refresh_from_db()
+    assert job.periodic_task is not None
+    assert paused.status_code == 200 and paused.json()["enabled"] is False
+    assert (job.enabled, job.periodic_task.enabled) == (False, False)
+
+    resumed = api.post("/api/jobs/report/resume")
+    job.periodic_task.refresh_from_db()
+    assert resumed.json()["enabled"] is True and job.periodic_task.enabled
+
+
+def test_patch_policies_makes_the_job_the_operators(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    make_job("report")
+    Job.objects.filter(name="report").update(managed_by_code=True)
+
+    response = api.patch(
+        "/api/jobs/report",
+        {"overlap": "wait", "start_deadline": 60, "time_limit": 120, "soft_time_limit": 90},
+        content_type="application/json",
+    )
+
+    assert response.status_code == 200, response.json()
+    job = Job.objects.get(name="report")
+    assert (job.overlap, job.start_deadline, job.soft_time_limit, job.time_limit) == (
+        "wait",
+        60,
+        90,
+        120,
+    )
+    assert job.managed_by_code is False
+    assert job.periodic_task is not None  # the schedule is untouched
+
+
+def test_patch_enabled_alone_is_a_pause_not_an_edit(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    make_job("report")
+    Job.objects.filter(name="report").update(managed_by_code=True)
+
+    response = api.patch("/api/jobs/report", {"enabled": False}, content_type="application/json")
+
+    job = Job.objects.get(name="report")
+    assert response.status_code == 200
+    assert (job.enabled, job.managed_by_code) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        ("{not json", ["body"]),
+        ("[1, 2]", ["body"]),
+        ("{}", ["body"]),
+        ('{"colour": "red"}', ["colour"]),
+        ('{"enabled": "no"}', ["enabled"]),
+        ('{"overlap": "sometimes", "lease_ttl": 2}', ["overlap", "lease_ttl"]),
+        ('{"start_deadline": true}', ["start_deadline"]),
+        ('{"start_deadline": 1e3}', ["start_deadline"]),
+        ('{"max_retries": 101}', ["max_retries"]),
+        ('{"priority": 10}', ["priority"]),
+        ('{"queue": "' + "q" * 101 + '"}', ["queue"]),
+        ('{"soft_time_limit": 60, "time_limit": 30}', ["body"]),
+    ],
+)
+def test_bad_patch_bodies_are_400_with_field_errors(
+    api: Client, make_job: Callable[..., Job], body: str, fields: list[str]
+) -> None:
+    make_job("report")
+    before = Job.objects.get(name="report").updated_at
+
+    response = api.generic("PATCH", "/api/jobs/report", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert sorted(response.json()["fields"]) == sorted(fields)
+    assert Job.objects.get(name="report").updated_at == before
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+def _runs(job: Job, count: int, status: RunStatus = RunStatus.SUCCEEDED) -> list[JobRun]:
+    start = timezone.now() - timedelta(hours=1)
+    return JobRun.objects.bulk_create(
+        JobRun(job=job, scheduled_for=start + timedelta(minutes=i), status=status)
+        for i in range(count)
+    )
+
+
+def test_list_runs_filters_and_pages(api: Client, make_job: Callable[..., Job]) -> None:
+    report, other = make_job("report"), make_job("other")
+    _runs(report, 5)
+    _runs(report, 2, RunStatus.FAILED)
+    _runs(other, 3)
+
+    first = api.get("/api/runs", {"job": "report", "limit": "4"}).json()
+    second = api.get(first["next"]).json()
+    failed = api.get("/api/jobs/report/runs", {"status": "failed"}).json()
+
+    assert len(first["results"]) == 4 and len(second["results"]) == 3
+    assert second["next"] is None
+    slots = [run["scheduled_for"] for run in first["results"] + second["results"]]
+    assert slots == sorted(slots, reverse=True)
+    assert {run["job"] for run in first["results"]} == {"report"}
+    assert [run["status"] for run in failed["results"]] == ["failed", "failed"]
+
+
+def test_runs_since_and_until(api: Client, make_job: Callable[..., Job]) -> None:
+    runs = _runs(make_job("report"), 5)
+    middle = runs[2].scheduled_for.isoformat()
+
+    later = api.get("/api/runs", {"since": middle}).json()["results"]
+    earlier = api.get("/api/runs", {"until": middle}).json()["results"]
+
+    assert len(later) == 3 and len(earlier) == 2
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"status": "happy"}, "status"),
+        ({"trigger": "magic"}, "trigger"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "many"}, "limit"),
+        ({"offset": "-1"}, "offset"),
+        ({"since": "yesterday"}, "since"),
+        ({"until": "2030-13-01T00:00:00Z"}, "until"),
+        ({"since": "0001-01-01T00:00:00+05:00"}, "since"),
+        ({"node": "a\x00b"}, "node"),
+        ({"job": ["a", "b"]}, "job"),
+    ],
+)
+def test_bad_run_filters_are_400_naming_the_parameter(
+    api: Client, query: dict[str, Any], field: str
+) -> None:
+    response = api.get("/api/runs", query)
+
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == [field]
+
+
+def test_one_run_with_its_traceback(api: Client, make_job: Callable[..., Job]) -> None:
+    run = _runs(make_job("report"), 1, RunStatus.FAILED)[0]
+    JobRun.objects.filter(pk=run.pk).update(error="ValueError: boom", traceback="Traceback…")
+
+    found = api.get(f"/api/runs/{run.pk}").json()
+
+    assert (found["id"], found["job"], found["error"]) == (run.pk, "report", "ValueError: boom")
+    assert found["traceback"] == "Traceback…"
+    assert api.get("/api/runs/999999").status_code == 404
+    assert api.get(f"/api/runs/{2**70}").status_code == 404
+
+
+def test_unknown_api_paths_are_json_404(api: Client) -> None:
+    for path in ("/api/runs/abc", "/api/runs/-1", "/api/nothing/here", "/api/jobs/a/b/c"):
+        response = api.get(path)
+        assert response.status_code == 404, path
+        assert response["Content-Type"] == "application/json"
+
+
+def test_the_apitoken_command_prints_the_secret_once() -> None:
+    out = io.StringIO()
+    call_command("apitoken", "create", "ci", stdout=out)
+    secret = out.getvalue().strip()
+    assert secret.startswith(tokens.TOKEN_PREFIX)
+    assert tokens.authenticate(secret) is not None
+
+    with pytest.raises(CommandError, match="already exists") as duplicate:
+        call_command("apitoken", "create", "ci")
+    assert duplicate.value.returncode == 2
+
+    listing = io.StringIO()
+    call_command("apitoken", "list", stdout=listing)
+    assert "ci" in listing.getvalue() and secret not in listing.getvalue()
+
+    call_command("apitoken", "revoke", "ci", stdout=io.StringIO())
+    assert tokens.authenticate(secret) is None
+    with pytest.raises(CommandError, match="no token named"):
+        call_command("apitoken", "revoke", "ci")

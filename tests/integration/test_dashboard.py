@@ -1,0 +1,197 @@
+"""The admin dashboard and the admin additions of issue 6, on a real database: the chart, lag
+percentiles, the last day's problems, nodes, beats, continuous jobs, and the links to it and to
+Flower."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from jobs import dashboard, health, lease
+from jobs.conf import get_ops_conf
+from jobs.models import Job, JobRun, Node, NodeState, RunStatus
+
+pytestmark = pytest.mark.django_db
+
+URL = reverse("jobs_dashboard")
+
+
+def _runs(job: Job, statuses: list[RunStatus], minutes_ago: int, lag: float = 0.5) -> None:
+    slot = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=minutes_ago)
+    for offset, status in enumerate(statuses):
+        started = slot + timedelta(seconds=offset + lag)
+        JobRun.objects.create(
+            job=job,
+            scheduled_for=slot + timedelta(seconds=offset),
+            status=status,
+            started_at=started,
+            finished_at=started + timedelta(seconds=1),
+            node="w1@h",
+            error="boom" if status == RunStatus.FAILED else "",
+        )
+
+
+def test_the_admin_index_links_the_dashboard(admin_client: Client) -> None:
+    page = admin_client.get(reverse("admin:index")).content.decode()
+
+    assert f'href="{URL}"' in page
+
+
+def test_the_dashboard_needs_a_staff_login(client: Client) -> None:
+    response = client.get(URL)
+
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_the_chart_stacks_runs_per_minute_by_status(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    job = make_job("report")
+    _runs(job, [RunStatus.SUCCEEDED] * 3 + [RunStatus.FAILED], minutes_ago=5)
+    _runs(job, [RunStatus.LOST], minutes_ago=30)
+    _runs(job, [RunStatus.SUCCEEDED], minutes_ago=60 * 5)  # outside the default 3 h
+
+    page = admin_client.get(URL).content.decode()
+
+    start = page.index('<svg class="runs-chart"')
+    chart = page[start : page.index("</svg>", start)]
+    assert len(re.findall(r'<rect class="bar status-succeeded"', chart)) == 1
+    assert "3 succeeded" in chart and "1 failed" in chart and "1 lost" in chart
+    assert "succeeded: 3" in page and "failed: 1" in page  # the legend
+
+
+def test_windows_and_buckets() -> None:
+    now = timezone.now()
+    for hours in dashboard.WINDOWS_HOURS:
+        series = dashboard.runs_per_bucket(now, hours)
+        assert series.buckets <= dashboard.MAX_BARS
+        assert series.buckets * series.bucket == timedelta(hours=hours)
+
+
+def test_a_bad_window_falls_back_to_the_default(admin_client: Client) -> None:
+    for hours in ("7", "abc", "-1"):
+        response = admin_client.get(URL, {"hours": hours})
+        assert response.status_code == 200
+        assert response.context["hours"] == dashboard.DEFAULT_HOURS
+
+
+def test_lag_percentiles_and_problems(admin_client: Client, make_job: Callable[..., Job]) -> None:
+    job = make_job("report")
+    _runs(job, [RunStatus.SUCCEEDED] * 9, minutes_ago=10, lag=0.25)
+    _runs(job, [RunStatus.FAILED, RunStatus.MISSED], minutes_ago=20, lag=4)
+
+    response = admin_client.get(URL)
+
+    total, per_job = response.context["lag"]
+    assert total.job is None and per_job.job == "report"
+    assert total.runs == 10  # the missed run never started its function
+    assert total.p50 == pytest.approx(0.25) and total.max == pytest.approx(4)
+    assert response.context["problem_counts"] == {"failed": 1, "missed": 1, "lost": 0}
+    assert [run.status for run in response.context["problem_runs"]] == ["missed", "failed"]
+
+
+def test_nodes_beats_and_continuous_jobs(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    now = timezone.now()
+    Node.objects.create(name="w1@h", host="h", pid=1, started_at=now, last_heartbeat=now)
+    Node.objects.create(
+        name="w2@h", host="h", pid=2, started_at=now, last_heartbeat=now - timedelta(hours=1)
+    )
+    Node.objects.create(
+        name="w3@h", host="h", pid=3, started_at=now, last_heartbeat=now, state=NodeState.STOPPED
+    )
+    recorder = health.BeatHeartbeatRecorder(interval=0)
+    recorder.tick(0.002)
+    poller = make_job("poller", schedule=None)
+    JobRun.objects.create(
+        job=poller, scheduled_for=now, status=RunStatus.RUNNING, node="w1@h", started_at=now
+    )
+    lease.acquire(poller.lock_key, "w1@h:1:poller", ttl=60)
+    make_job("idle-poller", schedule=None)
+
+    response = admin_client.get(URL)
+
+    states = {row["node"].name: row["state"] for row in response.context["nodes"]}
+    assert states == {"w1@h": "alive", "w2@h": "dead", "w3@h": "stopped"}
+    assert [row["beat"].name for row in response.context["beats"]] == [recorder.name]
+    continuous = {row["job"].name: row for row in response.context["continuous"]}
+    assert continuous["poller"]["run"].node == "w1@h"
+    assert continuous["poller"]["lease"].holder == "w1@h:1:poller"
+    assert continuous["idle-poller"]["run"] is None
+    assert "not running" in response.content.decode()
+
+
+def test_query_count_does_not_grow_with_runs(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    job = make_job("report")
+    _runs(job, [RunStatus.SUCCEEDED], minutes_ago=1)
+    admin_client.get(URL)
+    with CaptureQueriesContext(connection) as few:
+        admin_client.get(URL)
+    for minutes in range(2, 40):
+        _runs(job, [RunStatus.SUCCEEDED, RunStatus.FAILED], minutes_ago=minutes)
+    with CaptureQueriesContext(connection) as many:
+        admin_client.get(URL)
+
+    assert len(many) == len(few)
+
+
+# --- admin additions ----------------------------------------------------------------------------
+
+
+def test_job_list_shows_the_next_slot(admin_client: Client, make_job: Callable[..., Job]) -> None:
+    make_job("report")
+
+    response = admin_client.get(reverse("admin:jobs_job_changelist"))
+
+    assert "next slot" in response.content.decode().lower()
+    job = response.context["cl"].result_list[0]
+    assert response.context["cl"].model_admin.next_slot(job) is not None
+
+
+def test_runs_link_to_flower_when_configured(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    run = JobRun.objects.create(job=make_job("report"), scheduled_for=timezone.now())
+    with override_settings(FLOWER_URL="http://flower.example:5555/"):
+        get_ops_conf.cache_clear()
+        try:
+            page = admin_client.get(reverse("admin:jobs_jobrun_change", args=[run.pk]))
+        finally:
+            get_ops_conf.cache_clear()
+
+    assert f'href="http://flower.example:5555/task/jobrun-{run.pk}"' in page.content.decode()
+
+
+def test_nodes_page_shows_liveness_and_leases(admin_client: Client) -> None:
+    now = timezone.now()
+    Node.objects.create(name="w1@h", host="h", pid=1, started_at=now, last_heartbeat=now)
+    Node.objects.create(
+        name="w2@h", host="h", pid=2, started_at=now, last_heartbeat=now - timedelta(hours=1)
+    )
+    lease.acquire("job:report", "w1@h:1:run-9", ttl=60)
+    lease.acquire("job:other", "w1@hx:1:run-10", ttl=60)  # another node whose name starts alike
+
+    response = admin_client.get(reverse("admin:jobs_node_changelist"))
+
+    page = response.content.decode()
+    assert "alive" in page and "dead" in page
+    assert "job:report" in page and "job:other" not in page
+
+
+def test_leases_page_shows_time_left(admin_client: Client) -> None:
+    lease.acquire("job:report", "w1@h:1:run-9", ttl=60)
+
+    page = admin_client.get(reverse("admin:jobs_lease_changelist")).content.decode()
+
+    assert re.search(r"(59|60)\.\d s", page)

@@ -1,0 +1,175 @@
+"""The probes on real PostgreSQL and Redis: /livez, /readyz and /healthz, their answers before
+host validation, and the beat heartbeat they read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import DatabaseError
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from jobs import health
+from jobs.models import BeatHeartbeat, Node, NodeState
+
+pytestmark = pytest.mark.django_db
+
+
+def _node(name: str, age: timedelta = timedelta(0), state: NodeState = NodeState.ALIVE) -> Node:
+    now = timezone.now()
+    return Node.objects.create(
+        name=name, host="h", pid=1, started_at=now, last_heartbeat=now - age, state=state
+    )
+
+
+def _beat() -> health.BeatHeartbeatRecorder:
+    recorder = health.BeatHeartbeatRecorder(interval=5.0)
+    recorder.tick(0.01)  # the first tick writes at once
+    return recorder
+
+
+def test_livez_needs_nothing(client: Client) -> None:
+    response = client.get("/livez")
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_checks_database_and_broker(client: Client) -> None:
+    response = client.get("/readyz")
+
+    assert response.status_code == 200, response.json()
+    checks = response.json()["checks"]
+    assert checks["database"]["ok"] and checks["broker"]["ok"]
+    assert checks["broker"]["transport"] == "redis"
+
+
+def test_healthz_is_503_without_a_beat_or_node(client: Client) -> None:
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "failing"
+    assert body["checks"]["database"]["ok"] and body["checks"]["broker"]["ok"]
+    assert body["checks"]["beats"] == {**body["checks"]["beats"], "ok": False, "live": 0}
+    assert body["checks"]["nodes"]["ok"] is False
+
+
+def test_healthz_is_200_with_a_live_beat_and_node(client: Client) -> None:
+    recorder = _beat()
+    _node("w1@h")
+    _node("w2@h", age=timedelta(minutes=10))  # stale: not counted
+    _node("w3@h", state=NodeState.STOPPED)
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 200, response.json()
+    checks = response.json()["checks"]
+    assert [beat["name"] for beat in checks["beats"]["beats"]] == [recorder.name]
+    assert [node["name"] for node in checks["nodes"]["nodes"]] == ["w1@h"]
+    assert checks["nodes"]["live"] == 1
+
+
+def test_a_beat_that_stopped_heartbeating_goes_stale(client: Client) -> None:
+    recorder = _beat()
+    _node("w1@h")
+    BeatHeartbeat.objects.filter(name=recorder.name).update(
+        last_seen=timezone.now() - timedelta(minutes=5)
+    )
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json()["checks"]["beats"]["live"] == 0
+
+
+def test_probes_answer_whatever_the_host_header(client: Client) -> None:
+    with override_settings(ALLOWED_HOSTS=["jobs.example.com"]):
+        assert client.get("/livez", HTTP_HOST="10.1.2.3:8000").status_code == 200
+        assert client.get("/readyz", HTTP_HOST="10.1.2.3:8000").status_code == 200
+        assert client.get("/api/jobs", HTTP_HOST="10.1.2.3:8000").status_code == 400
+
+
+def test_probes_refuse_writes(client: Client) -> None:
+    response = client.post("/healthz")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+
+
+def test_an_unreachable_broker_fails_readiness_without_leaking_its_url(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Celery reads the variable on every connection, ahead of its settings.
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://:secret-password@127.0.0.1:1/0")
+
+    response = client.get("/readyz")
+
+    assert response.status_code == 503
+    broker = response.json()["checks"]["broker"]
+    assert broker["ok"] is False and "error" in broker
+    assert "secret-password" not in response.content.decode()
+
+
+def test_a_database_failure_is_reported_not_raised(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> dict[str, Any]:
+        raise DatabaseError("connection refused")
+
+    monkeypatch.setattr(health, "check_database", broken)
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["database"] == {**checks["database"], "ok": False}
+    assert "connection refused" in checks["database"]["error"]
+    assert checks["beats"]["error"] == "the database is unreachable"
+
+
+# --- the heartbeat recorder ---------------------------------------------------------------------
+
+
+def test_the_recorder_writes_at_most_once_per_interval() -> None:
+    recorder = health.BeatHeartbeatRecorder(interval=3600)
+    recorder.tick(0.5)
+    recorder.tick(0.25)
+    recorder.tick(1.0)
+
+    row = BeatHeartbeat.objects.get(name=recorder.name)
+    assert (row.ticks, row.tick_seconds, row.max_tick_seconds) == (1, 0.5, 0.5)
+
+    recorder.interval = 0
+    recorder.tick(0.25)
+    row.refresh_from_db()
+    assert (row.ticks, row.tick_seconds, row.max_tick_seconds) == (4, 2.0, 1.0)
+
+
+def test_timed_beat_tick_records_even_when_the_tick_raises() -> None:
+    @health.timed_beat_tick
+    def tick() -> float:
+        raise RuntimeError("tick failed")
+
+    with pytest.raises(RuntimeError):
+        tick()
+
+    recorder = health.beat_recorder()
+    assert BeatHeartbeat.objects.get(name=recorder.name).ticks >= 1
+
+
+def test_a_failed_heartbeat_write_does_not_stop_the_beat(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = health.BeatHeartbeatRecorder(interval=5.0)
+
+    def refuse() -> None:
+        raise DatabaseError("database is down")
+
+    monkeypatch.setattr(recorder, "write", refuse)
+    monkeypatch.setattr(health.connection, "close", lambda: None)
+    recorder.tick(0.1)
+
+    assert "beat heartbeat not recorded" in caplog.text
+    assert recorder.ticks == 1

@@ -1,0 +1,219 @@
+"""Detecting lost runs (jobs.recovery) and on_lost, against real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from jobs import dispatch, lease, records
+from jobs.models import Job, JobRun, RunStatus, Trigger
+from jobs.recovery import recover_lost_runs
+from jobs.runner import execute_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Published = list[tuple[int, datetime | None]]
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> Published:
+    sent: Published = []
+
+    def publish(job: Job, run_id: int, scheduled_for: datetime, *_: Any, **options: Any) -> None:
+        sent.append((run_id, options.get("eta")))
+
+    monkeypatch.setattr(dispatch, "publish", publish)
+    return sent
+
+
+def _running(job: Job, holder: str = "node-x:1:run") -> JobRun:
+    """A run claimed (with its lease) by a worker that will never finish it."""
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    claim = records.claim(run.pk, node="node-x", pid=1, task_id="t", holder=holder)
+    assert claim is not None and claim.lease is not None
+    run.refresh_from_db()
+    return run
+
+
+def _later(seconds: float) -> datetime:
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def test_a_run_whose_lease_lapsed_is_lost_and_a_live_one_is_not(
+    make_job: Callable[..., Job], published: Published
+) -> None:
+    dead = _running(make_job("dead", lease_ttl=30))
+    alive = _running(make_job("alive", lease_ttl=600))
+    assert recover_lost_runs() == []  # both leases live now
+    assert recover_lost_runs(now=_later(60)) == [dead.pk]
+    dead.refresh_from_db()
+    alive.refresh_from_db()
+    assert dead.status == RunStatus.LOST and dead.finished_at is not None
+    assert dead.error == (
+        f"lease job:dead (token {dead.fencing_token}) lapsed while the run was running: "
+        "its worker died, hung or lost the database"
+    )
+    assert alive.status == RunStatus.RUNNING
+    assert recover_lost_runs(now=_later(60)) == []  # recorded once
+    assert published == []  # on_lost=abandon (the default): no retry
+
+
+def test_a_run_whose_token_moved_on_is_lost_at_once(make_job: Callable[..., Job]) -> None:
+    job = make_job()
+    run = _running(job)
+    assert lease.force_release(job.lock_key)
+    assert lease.acquire(job.lock_key, "newer", 30) is not None
+    assert recover_lost_runs() == [run.pk]
+
+
+def test_on_lost_retry_reruns_once_with_a_higher_token(
+    make_job: Callable[..., Job], published: Published, tmp_path: Any
+) -> None:
+    job = make_job(on_lost="retry", lease_ttl=3)
+    run = _running(job)
+    assert recover_lost_runs(now=_later(10)) == [run.pk]
+    retry = JobRun.objects.get(retry_of=run)
+    assert (retry.trigger, retry.attempt, retry.status) == (Trigger.RETRY, 2, RunStatus.SCHEDULED)
+    assert [run_id for run_id, _ in published] == [retry.pk]
+    assert recover_lost_runs(now=_later(10)) == []
+    assert JobRun.objects.filter(retry_of=run).count() == 1
+    # The old lease lapses by itself (ttl 3 s); the retry then takes a higher token.
+    deadline = time.monotonic() + 10
+    while lease.current_holder(job.lock_key) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    execute_run(retry.pk, task_id="t", node="node-y")
+    retry.refresh_from_db()
+    assert retry.status == RunStatus.SUCCEEDED
+    assert (retry.fencing_token or 0) > (run.fencing_token or 0)
+
+
+def test_the_retry_of_a_lost_run_is_not_retried_when_lost_again(
+    make_job: Callable[..., Job], published: Published
+) -> None:
+    job = make_job(on_lost="retry")
+    run = _running(job)
+    assert recover_lost_runs(now=_later(60)) == [run.pk]
+    retry = JobRun.objects.get(retry_of=run)
+    assert lease.force_release(job.lock_key)
+    claim = records.claim(retry.pk, node="node-y", pid=2, task_id="t", holder="node-y:2:run")
+    assert claim is not None and claim.lease is not None
+    assert recover_lost_runs(now=_later(120)) == [retry.pk]
+    assert not JobRun.objects.filter(retry_of=retry).exists()
+    assert len(published) == 1
+
+
+def test_a_lost_runs_late_finish_records_nothing(make_job: Callable[..., Job]) -> None:
+    job = make_job()
+    run = _running(job)
+    assert lease.force_release(job.lock_key)
+    newer = lease.acquire(job.lock_key, "newer", 30)
+    assert newer is not None
+    assert recover_lost_runs() == [run.pk]
+    finished = records.finish_fenced(
+        run.pk, key=job.lock_key, token=run.fencing_token or 0, status=RunStatus.SUCCEEDED
+    )
+    assert finished.status is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.LOST
+    assert lease.current_holder(job.lock_key) == lease.LeaseHolder("newer", newer.token)
+
+
+def test_a_run_still_waiting_for_its_lease_long_after_its_deadline_is_lost(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(overlap="wait", start_deadline=60, lease_ttl=30)
+    assert lease.acquire(job.lock_key, "other", 600) is not None
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    claim = records.claim(run.pk, node="node-x", pid=1, task_id="t", holder="node-x:1:run")
+    assert claim is not None and claim.status == RunStatus.RUNNING and claim.lease is None
+    assert recover_lost_runs(now=_later(80)) == []  # may still be waiting (deadline + ttl)
+    assert recover_lost_runs(now=_later(100)) == [run.pk]
+    run.refresh_from_db()
+    assert run.error.startswith("took no lease within 90 s of its claim")
+    # The worker, if it was only slow, can no longer take the lease for it.
+    assert (
+        records.acquire_for_run(
+            run.pk, key=job.lock_key, holder="node-x:1:run", ttl=30, within_deadline=False
+        )
+        is None
+    )
+
+
+def test_runs_under_overlap_allow_hold_no_lease_and_are_left_alone(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(overlap="allow")
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    assert records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run") is not None
+    assert recover_lost_runs(now=_later(3600)) == []
+
+
+def test_a_run_past_its_hard_time_limit_says_so(make_job: Callable[..., Job]) -> None:
+    run = _running(make_job(time_limit=20))
+    assert recover_lost_runs(now=_later(60)) == [run.pk]
+    run.refresh_from_db()
+    assert run.error.endswith(
+        "(still running past its hard time limit of 20 s, so most likely killed by it)"
+    )
+
+
+def test_concurrent_recoveries_record_each_run_once(
+    make_job: Callable[..., Job], published: Published
+) -> None:
+    runs = [_running(make_job(f"job-{i}", on_lost="retry")) for i in range(6)]
+    found: list[list[int]] = []
+    start = threading.Barrier(3)
+
+    def recover() -> None:
+        try:
+            start.wait()
+            found.append(recover_lost_runs(now=_later(60)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=recover) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(run_id for ids in found for run_id in ids) == sorted(run.pk for run in runs)
+    assert JobRun.objects.filter(trigger=Trigger.RETRY).count() == 6
+    assert len(published) == 6
+
+
+def test_a_run_whose_lease_is_taken_away_is_lost_and_retried_under_on_lost_retry(
+    make_job: Callable[..., Job], published: Published
+) -> None:
+    job = make_job(task="tests.wait_for_stop", lease_ttl=3, on_lost="retry")
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+
+    def work() -> None:
+        try:
+            execute_run(run.pk, task_id="t", node="n")
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not JobRun.objects.filter(pk=run.pk, fencing_token__isnull=False).exists():
+        assert time.monotonic() < deadline, "the run never took its lease"
+        time.sleep(0.05)
+    assert lease.force_release(job.lock_key)
+    assert lease.acquire(job.lock_key, "usurper", 30) is not None
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    run.refresh_from_db()
+    assert run.status == RunStatus.LOST
+    assert "the lease was lost while the job ran" in run.error
+    retry = JobRun.objects.get(retry_of=run)
+    assert (retry.attempt, retry.trigger) == (2, Trigger.RETRY)
+    assert [run_id for run_id, _ in published] == [retry.pk]

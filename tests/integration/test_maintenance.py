@@ -1,0 +1,118 @@
+"""Maintenance against real PostgreSQL and Redis: stranded runs re-published once, expired ones
+recorded missed, one pass at a time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import pytest
+import redis
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from jobs import lease, maintenance
+from jobs.models import Job, JobRun, RunStatus, Trigger
+from jobs.schedules import Every
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE = "tests-maintenance"
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
+        pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
+    client = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
+    client.delete(QUEUE)
+    yield client
+    client.delete(QUEUE)
+    client.close()
+
+
+def _run(job: Job, *, age: float, dispatched: float | None, trigger: str = "scheduled") -> JobRun:
+    """A scheduled run whose slot was ``age`` s ago, its message sent ``dispatched`` s ago."""
+    now = timezone.now()
+    run = JobRun.objects.create(
+        job=job,
+        scheduled_for=now - timedelta(seconds=age),
+        trigger=trigger,
+        dispatched_at=None if dispatched is None else now - timedelta(seconds=dispatched),
+    )
+    JobRun.objects.filter(pk=run.pk).update(created_at=F("scheduled_for"))
+    return run
+
+
+def _pass(**kwargs: object) -> maintenance.PassReport | None:
+    return maintenance.run_pass(holder="test-holder", republish_after=10, **kwargs)  # type: ignore[arg-type]
+
+
+def test_stranded_runs_are_republished_once_and_fresh_ones_left_alone(
+    make_job: Callable[..., Job], broker: redis.Redis
+) -> None:
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
+    stranded = _run(job, age=60, dispatched=30)  # its message was lost, e.g. a Redis flush
+    never_sent = _run(job, age=120, dispatched=None)  # its beat died before publishing
+    fresh = _run(job, age=5, dispatched=5)  # probably still in the queue
+    future_retry = _run(job, age=-30, dispatched=40, trigger=Trigger.RETRY)  # held until then
+    before = dict(JobRun.objects.values_list("pk", "dispatched_at"))
+    report = _pass()
+    assert report is not None and report.republished == 2
+    assert broker.llen(QUEUE) == 2
+    after = dict(JobRun.objects.values_list("pk", "dispatched_at"))
+    changed = {pk for pk in after if after[pk] != before[pk]}
+    assert changed == {stranded.pk, never_sent.pk}  # stamped: the next pass waits again
+    assert fresh.pk not in changed and future_retry.pk not in changed
+
+    report = _pass()  # right away again: nothing is due for re-publishing yet
+    assert report is not None and report.republished == 0
+    assert broker.llen(QUEUE) == 2
+    assert JobRun.objects.filter(status=RunStatus.SCHEDULED).count() == 4
+
+
+def test_runs_past_their_deadline_are_recorded_missed_not_republished(
+    make_job: Callable[..., Job], broker: redis.Redis
+) -> None:
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=30)
+    late = _run(job, age=45, dispatched=45)
+    report = _pass()
+    assert report is not None and report.expired == 1 and report.republished == 0
+    late.refresh_from_db()
+    assert late.status == RunStatus.MISSED
+    assert "start deadline of 30 s" in late.error and late.finished_at is not None
+    assert broker.llen(QUEUE) == 0
+
+
+def test_one_pass_at_a_time(make_job: Callable[..., Job], broker: redis.Redis) -> None:
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
+    _run(job, age=60, dispatched=60)
+    held = lease.acquire(maintenance.LEASE_KEY, "another-beat", 30)
+    assert held is not None
+    assert _pass() is None
+    assert broker.llen(QUEUE) == 0
+    lease.release(held)
+    report = _pass()
+    assert report is not None and report.republished == 1
+    assert lease.current_holder(maintenance.LEASE_KEY) is None  # given back after the pass
+
+
+def test_the_loop_runs_passes_in_the_background_until_stopped(
+    make_job: Callable[..., Job], broker: redis.Redis
+) -> None:
+    from project.celery import app
+
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=30)
+    late = _run(job, age=45, dispatched=45)
+    loop = maintenance.MaintenanceLoop(interval=0.05, republish_after=10)
+    loop.start(app)
+    try:
+        deadline = time.monotonic() + 20
+        while JobRun.objects.get(pk=late.pk).status != RunStatus.MISSED:
+            assert time.monotonic() < deadline, "the loop never ran a pass"
+            time.sleep(0.05)
+    finally:
+        loop.stop()
+    assert not loop._thread.is_alive()
