@@ -48,6 +48,7 @@ from typing import Any
 
 from celery import shared_task
 
+from bench.databases import admin_url, recreate
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -758,27 +759,6 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _admin_url(url: str) -> str:
-    import dj_database_url
-
-    config = dj_database_url.parse(url)
-    auth = config["USER"] + (f":{config['PASSWORD']}" if config.get("PASSWORD") else "")
-    port = f":{config['PORT']}" if config.get("PORT") else ""
-    return f"postgresql://{auth}@{config['HOST']}{port}/postgres"
-
-
-def _recreate(admin: str, name: str, create: bool) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        if create:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.beat_bench")
     parser.add_argument("--sizes", default="1000,10000,100000", help="job counts, comma-separated")
@@ -799,8 +779,8 @@ def main(argv: list[str] | None = None) -> int:
     import dj_database_url
 
     name = dj_database_url.parse(url)["NAME"] + "_beat_bench"
-    admin = _admin_url(url)
-    _recreate(admin, name, create=True)
+    admin = admin_url(url)
+    recreate(admin, name, create=True)
     bench_url = url.rsplit("/", 1)[0] + "/" + name
     os.environ.update(
         DATABASE_URL=bench_url,
@@ -841,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["lag"] = measure_lag(bench_url, Path(tmp))
     finally:
         connections.close_all()
-        _recreate(admin, name, create=False)
+        recreate(admin, name, create=False)
 
     print()
     print(f"beat benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPU(s)")

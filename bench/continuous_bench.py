@@ -39,7 +39,8 @@ from typing import Any
 
 import dj_database_url
 import psycopg
-from psycopg import sql
+
+from bench.databases import admin_url, recreate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,30 +71,12 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[int(rank) - 1]
 
 
-def _admin_url(url: str) -> str:
-    config = dj_database_url.parse(url)
-    auth = config["USER"] + (f":{config['PASSWORD']}" if config.get("PASSWORD") else "")
-    port = f":{config['PORT']}" if config.get("PORT") else ""
-    return f"postgresql://{auth}@{config['HOST']}{port}/postgres"
-
-
 def _fresh_database(url: str) -> tuple[str, str]:
     """Create an empty bench database next to ``url``'s; its URL and the admin URL."""
     name = dj_database_url.parse(url)["NAME"] + "_continuous_bench"
-    admin = _admin_url(url)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    admin = admin_url(url)
+    recreate(admin, name, create=True)
     return url.rsplit("/", 1)[0] + "/" + name, admin
-
-
-def _drop_database(admin: str, name: str) -> None:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
@@ -324,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if not url or not os.environ.get("CELERY_BROKER_URL"):
         print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
         return 2
-    bench_url, admin_url = _fresh_database(url)
+    bench_url, admin = _fresh_database(url)
     os.environ.update(
         DATABASE_URL=bench_url,
         DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
@@ -337,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    bench = Bench(args, bench_url, admin_url)
+    bench = Bench(args, bench_url, admin)
     try:
         results = bench.run()
         bench.check_single_holders()
@@ -345,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connections
 
         connections.close_all()
-        _drop_database(admin_url, bench.database)
+        recreate(admin, bench.database, create=False)
         if args.keep_logs:
             print(f"logs kept in {bench.tmp}")
         else:

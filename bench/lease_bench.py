@@ -37,6 +37,7 @@ from typing import Any
 
 from celery import shared_task
 
+from bench.databases import admin_url, recreate
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,27 +290,6 @@ def throughput_table(results: dict[str, list[float]], tasks: int) -> str:
     return "\n".join(lines)
 
 
-def _admin_url(url: str) -> str:
-    import dj_database_url
-
-    config = dj_database_url.parse(url)
-    auth = config["USER"] + (f":{config['PASSWORD']}" if config.get("PASSWORD") else "")
-    port = f":{config['PORT']}" if config.get("PORT") else ""
-    return f"postgresql://{auth}@{config['HOST']}{port}/postgres"
-
-
-def _recreate(admin: str, name: str, create: bool) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        if create:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.lease_bench")
     parser.add_argument("--samples", type=int, default=2000, help="per latency measurement")
@@ -329,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     import dj_database_url
 
     name = dj_database_url.parse(url)["NAME"] + "_lease_bench"
-    admin = _admin_url(url)
-    _recreate(admin, name, create=True)
+    admin = admin_url(url)
+    recreate(admin, name, create=True)
     bench_url = url.rsplit("/", 1)[0] + "/" + name
     os.environ.update(DATABASE_URL=bench_url, DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
@@ -359,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  round {round_ + 1}: {kind} {rate:.0f} tasks/s", flush=True)
     finally:
         connections.close_all()
-        _recreate(admin, name, create=False)
+        recreate(admin, name, create=False)
 
     print()
     print(latency_table(latency))

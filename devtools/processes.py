@@ -1,7 +1,8 @@
 """Run several long-lived processes in the foreground with prefixed output, and stop them all.
 
 Each child gets its own process group, so stopping it also stops what it forked (a Celery
-worker's pool). Ctrl-C, SIGTERM, or any child exiting stops the whole group; nothing is left.
+worker's pool). Ctrl-C or SIGTERM stops the whole group; nothing is left. A child that dies is
+reported and the others keep running, so a tour can kill a worker and watch the takeover.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class ProcessGroup:
         self._children: list[tuple[Command, subprocess.Popen[bytes]]] = []
         self._width = 8
         self._print_lock = threading.Lock()
-        self._exited = threading.Event()
+        self._all_exited = threading.Event()
+        self._stopping = False
 
     def start(self, command: Command) -> None:
         self._width = max(self._width, len(command.name))
@@ -51,21 +53,17 @@ class ProcessGroup:
         ).start()
 
     def wait(self) -> int:
-        """Block until Ctrl-C, SIGTERM or a child exits; then stop everything."""
+        """Block until Ctrl-C, SIGTERM or every child has exited; then stop everything."""
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        try:
-            while not stop.is_set() and not self._exited.is_set():
+        with contextlib.suppress(KeyboardInterrupt):
+            while not stop.is_set() and not self._all_exited.is_set():
                 stop.wait(0.2)
-        except KeyboardInterrupt:
-            pass
-        failed = [(c.name, p.returncode) for c, p in self._children if p.poll() not in (None, 0)]
-        for name, code in failed:
-            self.say("devtools", f"{name} exited with code {code}; stopping everything")
         self.stop_all()
-        return 1 if failed else 0
+        return 1 if self._all_exited.is_set() else 0
 
     def stop_all(self) -> None:
+        self._stopping = True
         for _, process in self._children:
             _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
@@ -92,8 +90,11 @@ class ProcessGroup:
         assert process.stdout is not None
         for raw in process.stdout:
             self.say(name, raw.decode(errors="replace").rstrip(), colour)
-        process.wait()
-        self._exited.set()
+        code = process.wait()
+        if code != 0 and not self._stopping:
+            self.say("devtools", f"{name} exited with code {code}; the rest keep running", "1")
+        if all(p.poll() is not None for _, p in self._children):
+            self._all_exited.set()
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:

@@ -27,6 +27,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
 from jobs import beat_link, presenting, services, tokens
@@ -433,6 +434,14 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     if run is None:
         raise ApiError(404, f"no run with id {run_id!r}")
     return JsonResponse(presenting.run_record(run, with_traceback=True))
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 400 (e.g. a Host header not in DJANGO_ALLOWED_HOSTS): JSON under /api/, the
+    stock page elsewhere."""
+    if request.path.startswith("/api/"):
+        return error_response(ApiError(400, "bad request: the Host header is not allowed here"))
+    return defaults.bad_request(request, exception)
 
 
 def not_found(request: HttpRequest) -> HttpResponse:

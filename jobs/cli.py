@@ -35,7 +35,7 @@ USAGE = 2
 RUNTIME = 1
 
 # Policy fields in the model's order, so flags, records and help read the same way everywhere.
-POLICIES: tuple[str, ...] = tuple(f.name for f in Job._meta.fields if f.name in POLICY_FIELDS)
+POLICIES = POLICY_FIELDS
 
 
 def policy_flag(field: str) -> str:

@@ -17,6 +17,7 @@ from django.db import models
 
 from jobs import beat_link, registry, services
 from jobs.models import Job, JobKind
+from jobs.registry import POLICY_FIELDS
 from jobs.schedules import (
     At,
     Cron,
@@ -28,21 +29,8 @@ from jobs.schedules import (
     validate_timezone,
 )
 
-# The order policies appear in on the page; the admin test checks it covers POLICY_FIELDS.
-POLICY_FIELD_ORDER = (
-    "overlap",
-    "start_deadline",
-    "catch_up",
-    "on_lost",
-    "max_retries",
-    "retry_backoff",
-    "soft_time_limit",
-    "time_limit",
-    "lease_ttl",
-    "min_hold",
-    "queue",
-    "priority",
-)
+# The policies, in the order the page shows them.
+POLICY_FIELD_ORDER = POLICY_FIELDS
 SCHEDULE_FIELDS = ("schedule_type", "every", "cron", "timezone", "run_at")
 
 # django-celery-beat keeps the interval in a 32-bit integer column; a longer one would fail

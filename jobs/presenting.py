@@ -14,7 +14,7 @@ from jobs.registry import POLICY_FIELDS
 from jobs.schedules import describe
 
 # Model field order, so every edge lists policies the same way.
-POLICIES: tuple[str, ...] = tuple(f.name for f in Job._meta.fields if f.name in POLICY_FIELDS)
+POLICIES = POLICY_FIELDS
 
 
 def schedule_words(job: Job) -> str:

@@ -21,22 +21,21 @@ from jobs.schedules import Cron, Schedule, parse_duration, parse_interval
 JobFunction = Callable[..., Any]
 F = TypeVar("F", bound=JobFunction)
 
-# Policy names a decorator may set, each a Job model field; validated by the model on sync.
-POLICY_FIELDS = frozenset(
-    {
-        "overlap",
-        "start_deadline",
-        "catch_up",
-        "on_lost",
-        "max_retries",
-        "retry_backoff",
-        "soft_time_limit",
-        "time_limit",
-        "lease_ttl",
-        "min_hold",
-        "queue",
-        "priority",
-    }
+# Policy names a decorator may set, each a Job model field validated by the model, in the order
+# the admin page, the CLI and the API show them.
+POLICY_FIELDS: tuple[str, ...] = (
+    "overlap",
+    "start_deadline",
+    "catch_up",
+    "on_lost",
+    "max_retries",
+    "retry_backoff",
+    "soft_time_limit",
+    "time_limit",
+    "lease_ttl",
+    "min_hold",
+    "queue",
+    "priority",
 )
 
 
@@ -87,7 +86,7 @@ def job(
     step for as long as it holds its lease; without it, the function is called once per tenure
     and loops until ``ctx.stopping`` is set.
     """
-    unknown = set(policies) - POLICY_FIELDS
+    unknown = set(policies) - set(POLICY_FIELDS)
     if unknown:
         raise TypeError(f"@job({name!r}): unknown option(s) {sorted(unknown)}")
     if sum(x is not None for x in (every, cron)) + continuous > 1:

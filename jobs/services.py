@@ -74,7 +74,7 @@ def _argument_errors(job: Job) -> dict[str, list[str]]:
 
 @transaction.atomic
 def create_job(definition: JobDefinition, *, managed_by_code: bool = False) -> Job:
-    unknown = set(definition.policies) - POLICY_FIELDS
+    unknown = set(definition.policies) - set(POLICY_FIELDS)
     if unknown:
         raise ValidationError({name: ["Unknown policy."] for name in sorted(unknown)})
     job = Job(

@@ -8,6 +8,8 @@ from jobs import api, dashboard
 
 # /livez, /readyz, /healthz and /metrics are answered by jobs.probes.ProbeMiddleware, ahead of
 # host validation and the HTTPS redirect (see the README's operations section).
+handler400 = "jobs.api.bad_request"
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path(

@@ -146,7 +146,7 @@ def test_task_is_a_choice_of_registered_functions(admin_client):
 
 
 def test_policies_fieldset_shows_every_policy(admin_client):
-    assert set(POLICY_FIELD_ORDER) == POLICY_FIELDS
+    assert set(POLICY_FIELD_ORDER) == set(POLICY_FIELDS)
     response = admin_client.get(ADD_URL)
     fieldsets = dict(response.context["adminform"].fieldsets)
     assert fieldsets["Policies"]["fields"] == list(POLICY_FIELD_ORDER)

@@ -442,3 +442,10 @@ def test_the_apitoken_command_prints_the_secret_once() -> None:
     assert tokens.authenticate(secret) is None
     with pytest.raises(CommandError, match="no token named"):
         call_command("apitoken", "revoke", "ci")
+
+
+def test_a_disallowed_host_gets_a_json_400_under_the_api(client: Any) -> None:
+    response = client.get("/api/jobs", HTTP_HOST="not-allowed.example")
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert "Host header" in response.json()["error"]
