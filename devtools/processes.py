@@ -55,12 +55,15 @@ class ProcessGroup:
     def wait(self) -> int:
         """Block until Ctrl-C, SIGTERM or every child has exited; then stop everything."""
         stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        with contextlib.suppress(KeyboardInterrupt):
-            while not stop.is_set() and not self._all_exited.is_set():
-                stop.wait(0.2)
+        # Installed explicitly: a shell that started us in the background may have set SIGINT
+        # to "ignore", and Ctrl-C must still stop everything.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        while not stop.is_set() and not self._all_exited.is_set():
+            stop.wait(0.2)
+        everything_died = self._all_exited.is_set()
         self.stop_all()
-        return 1 if self._all_exited.is_set() else 0
+        return 1 if everything_died else 0
 
     def stop_all(self) -> None:
         self._stopping = True
