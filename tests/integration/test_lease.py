@@ -211,7 +211,9 @@ def test_a_fenced_transaction_holds_off_the_next_acquirer_until_it_commits() -> 
     held = lease.acquire("k", "a", 0.5, using=using)
     assert held is not None
     verified = threading.Event()
-    committed_at: list[float] = []
+    # Taken at the end of the transaction, just before its commit: the taker's statement cannot
+    # return before the commit, but the commit may return to us after the taker did.
+    about_to_commit: list[float] = []
 
     def fenced_writer() -> None:
         try:
@@ -219,7 +221,7 @@ def test_a_fenced_transaction_holds_off_the_next_acquirer_until_it_commits() -> 
                 lease.verify_held("k", held.token)
                 verified.set()
                 time.sleep(1.5)  # a slow write, outlasting the lease
-            committed_at.append(time.monotonic())
+                about_to_commit.append(time.monotonic())
         finally:
             connection.close()
 
@@ -234,4 +236,4 @@ def test_a_fenced_transaction_holds_off_the_next_acquirer_until_it_commits() -> 
     acquired_at = time.monotonic()
     writer.join(5)
     assert taker is not None and taker.token == held.token + 1
-    assert committed_at and acquired_at >= committed_at[0]
+    assert about_to_commit and acquired_at >= about_to_commit[0]
