@@ -2,12 +2,18 @@
 
 Each test gets its own queue, so workers never see another test's (or a dev platform's)
 messages, and every process is stopped (its whole process group) before the database is flushed.
+
+The processes use the suite's broker (``CELERY_BROKER_URL``, Redis) unless a test moves them with
+``Cluster.use_broker``; the ``broker`` fixture runs a test once on Redis and once on RabbitMQ (its
+own virtual host; ``JOBS_TEST_AMQP_URL`` points elsewhere than the local server, default
+``amqp://guest:guest@127.0.0.1:5672/``). An unreachable RabbitMQ fails those tests: no skip.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,13 +22,18 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+import redis
+from celery import current_app
 from django.conf import settings
+from kombu import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_SECONDS = 15
+AMQP_BASE = os.environ.get("JOBS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
 def live_database_url() -> str:
@@ -44,6 +55,11 @@ class Cluster:
     queue: str
     logs: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def use_broker(self, url: str) -> None:
+        """Every process started from now on uses the broker at ``url``."""
+        assert not self.processes, "use_broker before starting any process"
+        self.env["CELERY_BROKER_URL"] = url
 
     def start_worker(
         self, name: str, concurrency: int = 2, env: Mapping[str, str] | None = None
@@ -127,6 +143,87 @@ def cluster(transactional_db: None, tmp_path: Path) -> Iterator[Cluster]:
         yield running
     finally:
         running.stop_all()
+
+
+def rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+@contextlib.contextmanager
+def rabbitmq_vhost() -> Iterator[str]:
+    """The URL of a new virtual host, deleted afterwards (without ``rabbitmqctl``: the default
+    vhost, where the test's own queue keeps it apart). Fails when RabbitMQ cannot be reached."""
+    try:
+        with Connection(AMQP_BASE, connect_timeout=10) as conn:
+            conn.ensure_connection(max_retries=3, interval_start=1, interval_step=1)
+            user = conn.userid or "guest"
+    except Exception as exc:
+        pytest.fail(f"RabbitMQ is not reachable at {AMQP_BASE} (JOBS_TEST_AMQP_URL): {exc!r}")
+    if shutil.which("rabbitmqctl") is None:
+        yield AMQP_BASE.rstrip("/") + "//"
+        return
+    vhost = f"clusterjobs-test-{uuid.uuid4().hex[:8]}"
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        yield AMQP_BASE.rstrip("/") + "/" + vhost
+    finally:
+        rabbitmqctl("delete_vhost", vhost)
+
+
+@pytest.fixture
+def amqp_url() -> Iterator[str]:
+    with rabbitmq_vhost() as url:
+        yield url
+
+
+@dataclass(frozen=True)
+class Broker:
+    """The broker a parametrized test runs on: ``kind`` is ``redis`` or ``rabbitmq``."""
+
+    kind: str
+    url: str
+
+    def lose_contents(self, queue: str) -> int:
+        """What losing the broker's contents looks like. Redis: FLUSHDB of the broker database
+        this test run was given (others share the server). RabbitMQ: the test's queue purged
+        (its ready messages; those delivered and not yet acknowledged stay with their worker).
+        Returns how much there was just before (Redis: keys; RabbitMQ: ready messages)."""
+        if self.kind == "redis":
+            client = redis.Redis.from_url(self.url)
+            try:
+                before = int(client.dbsize())
+                client.flushdb()
+            finally:
+                client.close()
+            return before
+        with Connection(self.url) as conn:
+            channel: Any = conn.default_channel
+            _name, before, _consumers = channel.queue_declare(queue, passive=True)
+            if shutil.which("rabbitmqctl") is not None:
+                rabbitmqctl("purge_queue", "-p", conn.virtual_host, queue)
+            else:
+                channel.queue_purge(queue)
+        return int(before)
+
+    @contextlib.contextmanager
+    def producer(self) -> Iterator[Any]:
+        """A producer on this broker, for ``jobs.dispatch.publish`` from the test process (whose
+        Celery app is configured with the suite's broker)."""
+        with current_app.connection_for_write(self.url) as conn:
+            yield conn.Producer()
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """Runs the test on each broker; pass ``broker.url`` to ``Cluster.use_broker``."""
+    if request.param == "redis":
+        yield Broker("redis", str(settings.CELERY_BROKER_URL))
+        return
+    with rabbitmq_vhost() as url:
+        yield Broker("rabbitmq", url)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> None:

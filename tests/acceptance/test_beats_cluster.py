@@ -1,6 +1,10 @@
 """Issue 3 acceptance: several live beats, one run per slot, start deadlines, maintenance and
 catch-up, on real ``celery beat`` / ``celery worker`` processes.
 
+The exactly-once tests (kills and skewed clocks; broker contents lost, duplicate deliveries) run
+on both brokers, Redis and RabbitMQ (the ``broker`` fixture); catch-up does not involve the broker
+and runs on Redis only.
+
 Executions are counted independently of the run table: ``tests.record`` appends one line per
 execution (run id first) to a file. Times are read from this machine's clock, which the beats
 (unless shifted on purpose) and the database share.
@@ -15,8 +19,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import redis
-from django.conf import settings
 from django.utils import timezone
 
 from jobs import records
@@ -24,7 +26,7 @@ from jobs.dispatch import publish
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedules import Every
 from jobs.services import JobDefinition, create_job
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Broker, Cluster, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -124,10 +126,11 @@ def _assert_each_slot_once(
 
 
 def test_three_beats_fire_each_slot_once_through_kills_and_skewed_clocks(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, broker: Broker, tmp_path: Path
 ) -> None:
     """3 beats (one exact, one 2.5 s ahead, one 2.5 s behind) + 2 workers, 20 jobs at 1-2 s
-    for 30 s; the exact and the ahead beat are killed -9 after 12 s."""
+    for 30 s; the exact and the ahead beat are killed -9 after 12 s. On each broker."""
+    cluster.use_broker(broker.url)
     log = tmp_path / "executions.log"
     cluster.start_worker("worker-a")
     cluster.start_worker("worker-b")
@@ -160,10 +163,12 @@ def test_three_beats_fire_each_slot_once_through_kills_and_skewed_clocks(
 
 
 def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, broker: Broker, tmp_path: Path
 ) -> None:
-    """One beat, one worker. The worker is stopped (SIGSTOP) for 7 s, during which the broker's
-    database is flushed; then the same run's message is published 5 times."""
+    """One beat, one worker. The worker is stopped (SIGSTOP) for 7 s, during which the broker
+    loses its contents (Redis: FLUSHDB; RabbitMQ: the queue purged); then the same run's message
+    is published 5 times. On each broker."""
+    cluster.use_broker(broker.url)
     log = tmp_path / "executions.log"
     # One process: the backlog after the stop runs one at a time, so overlap never skips.
     worker = cluster.start_worker("worker", concurrency=1)
@@ -178,10 +183,8 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
     worker.send_signal(signal.SIGSTOP)  # the worker's main process: it stops taking messages
     try:
         _wait_until(stopped_at + timedelta(seconds=3))
-        # Only the broker database this test run was given: others share this Redis server.
-        broker = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
-        broker.flushdb()
-        broker.close()
+        lost = broker.lose_contents(cluster.queue)
+        assert lost > 0, f"the {broker.kind} broker had nothing to lose"
         _wait_until(stopped_at + timedelta(seconds=7))
     finally:
         worker.send_signal(signal.SIGCONT)
@@ -191,7 +194,7 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
     _wait_settled([*steady, late], start, end, seconds=60)
 
     executions = _executions(log)
-    for job in steady:  # messages lost in the flush were re-published: every slot ran, once
+    for job in steady:  # messages lost in the flush/purge were re-published: every slot ran, once
         runs = _assert_each_slot_once(job, start, end, executions, 1)
         assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
     runs = _assert_each_slot_once(late, start, end, executions, 2)
@@ -209,8 +212,9 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
     # The same run's message, published 5 times: one execution, four recorded duplicates.
     [dup] = _jobs(cluster, log, [("dup-3600-0", 3600)])
     [created] = records.insert_scheduled([(dup.pk, _second(timezone.now()))])
-    for _ in range(5):
-        publish(dup, created.run_id, created.scheduled_for)
+    with broker.producer() as producer:
+        for _ in range(5):
+            publish(dup, created.run_id, created.scheduled_for, producer=producer)
 
     def four_duplicates() -> bool:
         recorded = JobRun.objects.get(pk=created.run_id)

@@ -4,18 +4,16 @@ queue, persistent messages, late acknowledgement (a message is gone only once it
 a prefetch of one.
 
 Each test gets its own virtual host when ``rabbitmqctl`` can create one (else the test's own
-queue on the default vhost keeps it apart). ``JOBS_TEST_AMQP_URL`` points elsewhere than the
-local server (default ``amqp://guest:guest@127.0.0.1:5672/``).
+queue on the default vhost keeps it apart): ``rabbitmq_vhost`` in conftest.py, which the
+``broker`` fixture shares (the exactly-once tests of test_beats_cluster.py run on both brokers).
+``JOBS_TEST_AMQP_URL`` points elsewhere than the local server (default
+``amqp://guest:guest@127.0.0.1:5672/``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,32 +22,9 @@ import pytest
 from kombu import Connection
 
 from jobs.models import JobRun, RunStatus, Trigger
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Cluster, rabbitmqctl, wait_for
 
 pytestmark = pytest.mark.acceptance
-
-AMQP_BASE = os.environ.get("JOBS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-
-
-def _rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60, check=True
-    )
-
-
-@pytest.fixture
-def amqp_url() -> Iterator[str]:
-    if shutil.which("rabbitmqctl") is None:
-        yield AMQP_BASE.rstrip("/") + "//"
-        return
-    vhost = f"clusterjobs-test-{uuid.uuid4().hex[:8]}"
-    _rabbitmqctl("add_vhost", vhost)
-    try:
-        user = Connection(AMQP_BASE).userid or "guest"
-        _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-        yield AMQP_BASE.rstrip("/") + "/" + vhost
-    finally:
-        _rabbitmqctl("delete_vhost", vhost)
 
 
 def _vhost(url: str) -> str:
@@ -64,7 +39,8 @@ def _queue_depth(url: str, queue: str) -> int:
 
 
 def test_every_slot_runs_once_on_rabbitmq(cluster: Cluster, amqp_url: str, tmp_path: Path) -> None:
-    cluster.env.update(CELERY_BROKER_URL=amqp_url, JOBS_LOG_FORMAT="json")
+    cluster.use_broker(amqp_url)
+    cluster.env.update(JOBS_LOG_FORMAT="json")
     log = tmp_path / "executions.log"
     added = cluster.manage(
         "jobs", "add", "tick", "--task", "tests.record", "--every", "1s",
@@ -110,14 +86,14 @@ def test_every_slot_runs_once_on_rabbitmq(cluster: Cluster, amqp_url: str, tmp_p
     assert succeeded | {str(manual_id)} <= set(executed)
 
     if shutil.which("rabbitmqctl") is not None:
-        consumers = _rabbitmqctl(
+        consumers = rabbitmqctl(
             "list_consumers", "-p", _vhost(amqp_url), "queue_name", "channel_pid", "ack_required"
         ).stdout
         ours = [line.split("\t") for line in consumers.splitlines() if cluster.queue in line]
         assert [row[2] for row in ours] == ["true", "true"], f"manual (late) acks: {consumers}"
         # Celery sets the prefetch on the channel (RabbitMQ's "global" QoS): one unacknowledged
         # message per worker process at a time.
-        channels = _rabbitmqctl("list_channels", "pid", "global_prefetch_count").stdout
+        channels = rabbitmqctl("list_channels", "pid", "global_prefetch_count").stdout
         prefetch = dict(line.split("\t") for line in channels.splitlines() if "\t" in line)
         assert [prefetch[row[1]] for row in ours] == ["1", "1"], channels
 
