@@ -13,6 +13,7 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db import connection
@@ -359,8 +360,14 @@ def _job_from_columns(values: Sequence[Any]) -> Job:
     row = dict(zip(_JOB_FIELDS, values, strict=True))
     row["args"] = json.loads(row["args"])
     row["kwargs"] = json.loads(row["kwargs"])
-    names = [f.attname for f in Job._meta.concrete_fields if f.attname in row]
+    names = _job_field_order()
     return Job.from_db(connection.alias, names, [row[name] for name in names])
+
+
+@cache
+def _job_field_order() -> list[str]:
+    """``_JOB_FIELDS`` in the model's field order (what ``Model.from_db`` expects)."""
+    return [f.attname for f in Job._meta.concrete_fields if f.attname in _JOB_FIELDS]
 
 
 def count_duplicate(run_id: int) -> str | None:
