@@ -40,7 +40,7 @@ from typing import Any
 import dj_database_url
 import psycopg
 
-from bench.databases import admin_url, recreate
+from bench.databases import fresh_database, recreate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,14 +69,6 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * pct // 100))
     return ordered[int(rank) - 1]
-
-
-def _fresh_database(url: str) -> tuple[str, str]:
-    """Create an empty bench database next to ``url``'s; its URL and the admin URL."""
-    name = dj_database_url.parse(url)["NAME"] + "_continuous_bench"
-    admin = admin_url(url)
-    recreate(admin, name, create=True)
-    return url.rsplit("/", 1)[0] + "/" + name, admin
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
@@ -307,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if not url or not os.environ.get("CELERY_BROKER_URL"):
         print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
         return 2
-    bench_url, admin = _fresh_database(url)
+    _, bench_url, admin = fresh_database(url, "_continuous_bench")
     os.environ.update(
         DATABASE_URL=bench_url,
         DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),

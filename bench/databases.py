@@ -7,6 +7,14 @@ import psycopg
 from psycopg import sql
 
 
+def fresh_database(url: str, suffix: str) -> tuple[str, str, str]:
+    """An empty database named after ``url``'s plus ``suffix``: its name, URL and admin URL."""
+    name = dj_database_url.parse(url)["NAME"] + suffix
+    admin = admin_url(url)
+    recreate(admin, name, create=True)
+    return name, url.rsplit("/", 1)[0] + "/" + name, admin
+
+
 def admin_url(url: str) -> str:
     """The URL of the server's ``postgres`` database, from which others are created/dropped."""
     config = dj_database_url.parse(url)

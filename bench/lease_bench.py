@@ -37,7 +37,7 @@ from typing import Any
 
 from celery import shared_task
 
-from bench.databases import admin_url, recreate
+from bench.databases import fresh_database, recreate
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,12 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     if not url or not url.startswith("postgres") or not os.environ.get("CELERY_BROKER_URL"):
         print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
         return 2
-    import dj_database_url
-
-    name = dj_database_url.parse(url)["NAME"] + "_lease_bench"
-    admin = admin_url(url)
-    recreate(admin, name, create=True)
-    bench_url = url.rsplit("/", 1)[0] + "/" + name
+    name, bench_url, admin = fresh_database(url, "_lease_bench")
     os.environ.update(DATABASE_URL=bench_url, DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import django
