@@ -41,7 +41,8 @@ _ERRORS = {
     "503": _error("The database is unreachable."),
 }
 _NOT_FOUND = {"404": _error("No job (or run) with that name (id).")}
-_BAD = {"400": _error("A bad parameter, header or body; `fields` names each problem.")}
+# Every operation can answer 400: Django refuses a Host header outside DJANGO_ALLOWED_HOSTS.
+_BAD = {"400": _error("A bad parameter, header (Host included) or body; `fields` names each.")}
 
 _JOB_NAME = {
     "name": "name",
@@ -258,7 +259,7 @@ def schema() -> dict[str, Any]:
                 "get": {
                     "operationId": "getJob",
                     "summary": "One job.",
-                    "responses": {"200": job, **_NOT_FOUND, **_ERRORS},
+                    "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
                 },
                 "patch": {
                     "operationId": "updateJob",
@@ -275,7 +276,7 @@ def schema() -> dict[str, Any]:
                 "post": {
                     "operationId": "pauseJob",
                     "summary": "Pause: no new slots until resumed. Pausing twice is a no-op.",
-                    "responses": {"200": job, **_NOT_FOUND, **_ERRORS},
+                    "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
                 },
             },
             "/api/jobs/{name}/resume": {
@@ -283,7 +284,7 @@ def schema() -> dict[str, Any]:
                 "post": {
                     "operationId": "resumeJob",
                     "summary": "Resume a paused job.",
-                    "responses": {"200": job, **_NOT_FOUND, **_ERRORS},
+                    "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
                 },
             },
             "/api/jobs/{name}/runs": {
@@ -356,7 +357,12 @@ def schema() -> dict[str, Any]:
                 "get": {
                     "operationId": "getRun",
                     "summary": "One run, with its traceback.",
-                    "responses": {"200": _json("The run.", _ref("Run")), **_NOT_FOUND, **_ERRORS},
+                    "responses": {
+                        "200": _json("The run.", _ref("Run")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        **_ERRORS,
+                    },
                 },
             },
             "/api/openapi.json": {
@@ -364,7 +370,7 @@ def schema() -> dict[str, Any]:
                     "operationId": "openapi",
                     "summary": "This document.",
                     "security": [],
-                    "responses": {"200": {"description": "The OpenAPI document."}},
+                    "responses": {"200": {"description": "The OpenAPI document."}, **_BAD},
                 }
             },
         },
