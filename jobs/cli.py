@@ -19,8 +19,8 @@ from typing import Any, NoReturn, TypeVar
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
-from jobs import beat_link
 from jobs.models import Job, JobRun, Lease, Node
+from jobs.presenting import schedule_words
 from jobs.registry import POLICY_FIELDS, JobSpec
 from jobs.schedules import (
     describe,
@@ -212,10 +212,6 @@ def jsonable(value: object) -> object:
     return value
 
 
-def job_schedule(job: Job) -> str:
-    return describe(beat_link.schedule_of(job.periodic_task))
-
-
 def job_record(job: Job) -> dict[str, object]:
     """Expects ``periodic_task`` and its schedules selected with the job."""
     values: dict[str, object] = {
@@ -223,7 +219,7 @@ def job_record(job: Job) -> dict[str, object]:
         "task": job.task,
         "kind": job.kind,
         "enabled": job.enabled,
-        "schedule": job_schedule(job),
+        "schedule": schedule_words(job),
     }
     values.update((field, getattr(job, field)) for field in POLICIES)
     values.update(args=job.args, kwargs=job.kwargs)

@@ -25,6 +25,7 @@ from jobs import cli, registry, retention, services
 from jobs.exceptions import JobNotFound, NotTriggerable
 from jobs.models import CatchUp, Job, JobRun, Lease, Node, OnLost, Overlap, RunStatus
 from jobs.nodes import with_liveness
+from jobs.presenting import schedule_words
 from jobs.schedules import At, Cron, Schedule, describe
 
 VERBS = (
@@ -229,7 +230,7 @@ class Command(BaseCommand):
             (
                 job.name,
                 job.task,
-                cli.job_schedule(job),
+                schedule_words(job),
                 "enabled" if job.enabled else "paused",
                 job.overlap,
                 job.queue,
