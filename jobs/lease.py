@@ -76,7 +76,8 @@ def held_from_row(
 
 # --- PostgreSQL -------------------------------------------------------------------------------
 # The heart of guarantee 2: an upsert that takes the row only when its lease lapsed (by the
-# database clock), bumping the token. Shared with records.claim / records.acquire_for_run.
+# database clock), bumping the token. Shared with records.acquire_for_run; the claim's PL/pgSQL
+# function (jobs_claim_run, migration 0008) repeats it: change both together.
 TAKE_OVER_IF_LAPSED_PG = """
 ON CONFLICT (key) DO UPDATE
    SET holder = EXCLUDED.holder, token = jobs_lease.token + 1,
@@ -99,7 +100,8 @@ RETURNING expires_at, stop_requested_by
 
 # Giving the lease back honours the job's minimum hold (ShedLock's lockAtLeastFor): the lease
 # stays live until acquired_at + min_hold, so a fast job cannot run twice for one slot on nodes
-# whose clocks disagree. With min_hold 0 it lapses at once. Shared with records.finish_fenced.
+# whose clocks disagree. With min_hold 0 it lapses at once. The finish's PL/pgSQL function
+# (jobs_finish_run, migration 0008) repeats it: change both together.
 RELEASE_EXPIRY_PG = "GREATEST(now(), jobs_lease.acquired_at + make_interval(secs => %(min_hold)s))"
 
 _RELEASE_PG = f"""
@@ -196,15 +198,21 @@ def statement_cursor(using: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
     as for its own cursors.
     """
     connection = connections[using]
-    with connection.cursor() as django_cursor:
-        if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql":
+        with connection.cursor() as django_cursor:
             yield django_cursor
-            return
-        raw_connection = connection.connection
-        if "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
-            raw_connection.prepare_threshold = 0
-        with connection.wrap_database_errors, psycopg.Cursor(raw_connection) as cursor:
-            yield cursor
+        return
+    # What connection.cursor() checks, without making the Django cursor this would not use
+    # (a guarded run's two statements pay for it on every run).
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    connection.validate_thread_sharing()
+    raw_connection = connection.connection
+    if "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
+        raw_connection.prepare_threshold = 0
+    with connection.wrap_database_errors, psycopg.Cursor(raw_connection) as cursor:
+        yield cursor
 
 
 def _execute(

@@ -196,7 +196,9 @@ class Job(models.Model):
 
 
 class JobRun(models.Model):
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: jobrun_job_slot (job, -scheduled_for) serves the foreign key, and
+    # every index is one more entry that each claim and finish (not HOT updates) must write.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs", db_index=False)
     scheduled_for = models.DateTimeField(help_text="The slot (UTC) or the trigger time.")
     # Database defaults, because beats insert runs in bulk with raw SQL (jobs/records.py).
     status = models.CharField(
@@ -221,6 +223,7 @@ class JobRun(models.Model):
         "self",
         null=True,
         blank=True,
+        db_index=False,  # jobrun_retry_of: only the few runs that are retries
         on_delete=models.SET_NULL,
         related_name="retries",
         help_text="The run this one retries (after an exception or a lost node).",
@@ -266,6 +269,11 @@ class JobRun(models.Model):
             models.Index(fields=["-scheduled_for"], name="jobrun_slot"),
             # The few runs not yet counted into RunRollup (jobs.runstats.fold).
             models.Index(fields=["id"], condition=Q(folded=False), name="jobrun_unfolded"),
+            # For ON DELETE SET NULL when retention deletes a retried run. Partial, so the
+            # runs that are no retry (nearly all) cost it nothing when they are updated.
+            models.Index(
+                fields=["retry_of"], condition=Q(retry_of__isnull=False), name="jobrun_retry_of"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -3,7 +3,8 @@ turns every repeated delivery into a no-op, and a finish that a lapsed holder ca
 
 Each function is one statement (PostgreSQL). The claim also takes the run's lease, and the finish
 also gives it back (and records a retry when one is due), so a guarded run costs the database two
-round trips; the lease parts are the fragments of ``jobs/lease.py``, where all lease SQL lives.
+round trips; the lease parts are the fragments of ``jobs/lease.py``, where all lease SQL lives,
+except in the claim and the finish, whose PL/pgSQL functions (migration 0008) repeat them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 from django.db import connection
 
 from jobs.lease import (
-    RELEASE_EXPIRY_PG,
     TAKE_OVER_IF_LAPSED_PG,
     HeldLease,
     LeaseHolder,
@@ -98,68 +98,18 @@ _JOB_FIELDS = (
     "queue", "priority",
 )  # fmt: skip
 
-# The claim moves scheduled → running exactly once (FOR UPDATE: a concurrent repeat waits, then
-# finds the run no longer scheduled and does nothing). A claim after the start deadline (judged
-# by the database clock) records missed instead, so a late worker never runs it late.
-# In the same statement it takes the job's lease (lease.TAKE_OVER_IF_LAPSED_PG) when the key is
-# the job's own ('job:' || name, as Job.lock_key) — a key derived from arguments is computed in
-# Python (records.acquire_for_run) — and records skipped, naming the holder, when the lease is
-# held and the job's overlap policy is skip. It returns the job's columns, so the runner needs no
-# other read.
-_CLAIM = f"""
-WITH run AS (
-    SELECT r.id, r.scheduled_for, r.attempt,
-           now() > r.scheduled_for + make_interval(secs => j.start_deadline) AS late,
-           CASE WHEN %(holder)s::text IS NULL OR j.overlap = 'allow'
-                     OR j.task = ANY(%(keyed_tasks)s::text[])
-                THEN NULL ELSE 'job:' || j.name END AS lease_key,
-           j.id AS job_id, j.name, j.task, j.args::text, j.kwargs::text, j.overlap,
-           j.start_deadline, j.on_lost, j.max_retries, j.retry_backoff, j.soft_time_limit,
-           j.time_limit, j.lease_ttl, j.min_hold, j.queue, j.priority
-      FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id
-     WHERE r.id = %(run_id)s AND r.status = 'scheduled'
-       FOR UPDATE OF r
-),
-taken AS (
-    INSERT INTO jobs_lease (key, holder, token, acquired_at, expires_at)
-    SELECT lease_key, %(holder)s, 1, now(), now() + make_interval(secs => lease_ttl)
-      FROM run WHERE lease_key IS NOT NULL AND NOT late
-    {TAKE_OVER_IF_LAPSED_PG}
-    RETURNING key, token, expires_at
-),
-skipped AS (
-    SELECT format('lease %%s held by %%s (token %%s)', run.lease_key,
-                  coalesce(l.holder, 'another run'), coalesce(l.token::text, '?')) AS error
-      FROM run LEFT JOIN jobs_lease AS l ON l.key = run.lease_key AND l.expires_at > now()
-     WHERE run.overlap = 'skip' AND run.lease_key IS NOT NULL AND NOT run.late
-       AND NOT EXISTS (SELECT 1 FROM taken)
-),
-claimed AS (
-    UPDATE jobs_jobrun AS r
-       SET status = CASE WHEN run.late THEN 'missed'
-                         WHEN EXISTS (SELECT 1 FROM skipped) THEN 'skipped'
-                         ELSE 'running' END,
-           started_at = now(),
-           finished_at = CASE WHEN run.late OR EXISTS (SELECT 1 FROM skipped) THEN now() END,
-           error = CASE WHEN run.late
-                        THEN format('claimed %%s s after its slot, past the start deadline '
-                                    'of %%s s',
-                                    round(extract(epoch FROM now() - r.scheduled_for)::numeric, 1),
-                                    run.start_deadline)
-                        ELSE coalesce((SELECT error FROM skipped), '') END,
-           node = %(node)s, pid = %(pid)s, task_id = %(task_id)s,
-           fencing_token = (SELECT token FROM taken),
-           lease_key = coalesce((SELECT key FROM taken), '')
-      FROM run
-     WHERE r.id = run.id
-    RETURNING r.id, r.status, r.error
-)
-SELECT c.id, run.scheduled_for, run.attempt, c.status, c.error,
-       taken.key, taken.token, taken.expires_at,
-       run.job_id, run.name, run.task, run.args, run.kwargs, run.overlap, run.start_deadline,
-       run.on_lost, run.max_retries, run.retry_backoff, run.soft_time_limit, run.time_limit,
-       run.lease_ttl, run.min_hold, run.queue, run.priority
-  FROM claimed AS c CROSS JOIN run LEFT JOIN taken ON true
+# The claim moves scheduled → running exactly once (a row lock: a concurrent repeat waits, then
+# finds the run no longer scheduled and gets no row). A claim after the start deadline (judged
+# by the database clock) records missed instead, so a late worker never runs it late. In the
+# same transaction it takes the job's lease (lease.TAKE_OVER_IF_LAPSED_PG) when the key is the
+# job's own ('job:' || name, as Job.lock_key) — a key derived from arguments is computed in
+# Python (acquire_for_run) — and records skipped, naming the holder, when the lease is held and
+# the job's overlap policy is skip. It returns the job's columns, so the runner needs no other
+# read. The function (migration 0008) does only the branch a run takes, which costs the server
+# less than one statement that builds every branch for every run.
+_CLAIM = """
+SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::integer,
+                             %(task_id)s::text, %(holder)s::text, %(keyed_tasks)s::text[])
 """
 
 _COUNT_DUPLICATE = """
@@ -213,36 +163,13 @@ retry AS (
 
 # Guarantee 3: the outcome is written only by the holder of the run's token while its lease is
 # live; a holder whose lease lapsed gets 'lost' recorded instead of its outcome. The same
-# statement gives the lease back (honouring min_hold, lease.RELEASE_EXPIRY_PG) and records a
-# retry when one is due, so a failure and its retry are recorded together or not at all.
-_FINISH_FENCED = f"""
-WITH live AS (
-    SELECT key FROM jobs_lease
-     WHERE key = %(key)s AND token = %(token)s AND expires_at > now()
-       FOR UPDATE
-),
-finished AS (
-    UPDATE jobs_jobrun
-       SET status = CASE WHEN EXISTS (SELECT 1 FROM live) THEN %(status)s ELSE 'lost' END,
-           error = CASE WHEN EXISTS (SELECT 1 FROM live) THEN %(error)s
-                        ELSE concat_ws(': ',
-                               format('lease %%s (token %%s) lapsed or was taken over before '
-                                      'the run ended; its outcome (%%s) was discarded',
-                                      %(key)s::text, %(token)s::bigint, %(status)s::text),
-                               nullif(%(error)s, '')) END,
-           finished_at = now(), traceback = %(traceback)s, result = %(result)s::jsonb
-     WHERE id = %(run_id)s AND status = 'running' AND fencing_token = %(token)s
-    RETURNING id, job_id, attempt, retry_of_id, status
-),
-released AS (
-    UPDATE jobs_lease SET expires_at = {RELEASE_EXPIRY_PG}
-     WHERE key IN (SELECT key FROM live) AND token = %(token)s
-    RETURNING key
-),
-{_RETRY_CTE}
-SELECT (SELECT status FROM finished), retry.id, retry.job_id, retry.scheduled_for,
-       EXISTS (SELECT 1 FROM released)
-  FROM (SELECT 1) AS one LEFT JOIN retry ON true
+# transaction gives the lease back (honouring min_hold, lease.RELEASE_EXPIRY_PG) and records a
+# retry when one is due (as _RETRY_CTE), so a failure and its retry are recorded together or
+# not at all. A function of migration 0008, like the claim.
+_FINISH_FENCED = """
+SELECT * FROM jobs_finish_run(%(run_id)s::bigint, %(key)s::text, %(token)s::bigint,
+                              %(status)s::text, %(error)s::text, %(traceback)s::text,
+                              %(result)s::text, %(min_hold)s::float8, %(retry_delay)s::float8)
 """
 
 # For outcomes decided without a lease (overlap allow, skipped while waiting, unknown function):
