@@ -1,13 +1,14 @@
 # The two commands a newcomer needs: `make run` (the platform) and `make test` (the suite).
 # Both set up everything on a fresh machine: virtualenv, pinned packages, and embedded
-# PostgreSQL/Redis when DATABASE_URL / CELERY_BROKER_URL are unset.
+# PostgreSQL/Redis when DATABASE_URL / CELERY_BROKER_URL are unset; `make test` also a private
+# RabbitMQ node when none answers on 5672 (devtools/rabbitmq.py).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test chromium manage lint format typecheck migrations-check ci lock clean
+.PHONY: run test chromium rabbitmq-server manage lint format typecheck migrations-check ci lock clean
 
 $(INSTALLED): requirements/dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,13 +20,19 @@ $(INSTALLED): requirements/dev.txt pyproject.toml
 run: $(INSTALLED)
 	$(BIN)/python -m devtools run
 
-test: $(INSTALLED) chromium
+test: $(INSTALLED) chromium rabbitmq-server
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
 
 # The browser test drives Debian's Chromium (tests/browser); install it only when it is missing.
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
+# The private RabbitMQ node of the tests runs Debian's rabbitmq-server scripts (and its Erlang's
+# epmd); install the package only when it is missing.
+rabbitmq-server:
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server; }
 
 manage: $(INSTALLED)
 	$(BIN)/python -m devtools manage $(ARGS)

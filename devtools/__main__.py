@@ -1,7 +1,8 @@
 """``python -m devtools run|test|manage``: what the Makefile's run and test targets call.
 
 Every subcommand first makes sure a database and a broker exist: those named by
-``DATABASE_URL`` / ``CELERY_BROKER_URL``, or embedded ones started under ``.dev/``.
+``DATABASE_URL`` / ``CELERY_BROKER_URL``, or embedded ones started under ``.dev/``. ``test`` also
+makes sure a RabbitMQ exists for the tests that run on it (``devtools/rabbitmq.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from devtools.processes import Command, ProcessGroup
+from devtools.rabbitmq import rabbitmq_for_tests
 from devtools.services import ROOT, embedded_services
 
 PYTHON = sys.executable
@@ -45,7 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb == "run":
             return run_platform(env)
         if args.verb == "test":
-            return subprocess.call([PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT)
+            with rabbitmq_for_tests(env) as rabbitmq_env:
+                env.update(rabbitmq_env)
+                return subprocess.call(
+                    [PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT
+                )
         return subprocess.call([*MANAGE, *args.manage_args], env=env, cwd=ROOT)
 
 

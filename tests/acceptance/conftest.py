@@ -6,7 +6,9 @@ messages, and every process is stopped (its whole process group) before the data
 The processes use the suite's broker (``CELERY_BROKER_URL``, Redis) unless a test moves them with
 ``Cluster.use_broker``; the ``broker`` fixture runs a test once on Redis and once on RabbitMQ (its
 own virtual host; ``JOBS_TEST_AMQP_URL`` points elsewhere than the local server, default
-``amqp://guest:guest@127.0.0.1:5672/``). An unreachable RabbitMQ fails those tests: no skip.
+``amqp://guest:guest@127.0.0.1:5672/``). When no RabbitMQ answers there, ``make test`` (devtools)
+starts a private node and sets ``JOBS_TEST_AMQP_URL`` and ``JOBS_TEST_RABBITMQCTL`` (a
+``rabbitmqctl`` that targets it). An unreachable RabbitMQ fails those tests: no skip.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from kombu import Connection
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_SECONDS = 15
 AMQP_BASE = os.environ.get("JOBS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+# The command that administers that RabbitMQ: the machine's own, or devtools' script for its
+# private node (the node has its own name, cookie and epmd port, which plain rabbitmqctl lacks).
+RABBITMQCTL = os.environ.get("JOBS_TEST_RABBITMQCTL", "rabbitmqctl")
 
 
 def live_database_url() -> str:
@@ -145,9 +150,13 @@ def cluster(transactional_db: None, tmp_path: Path) -> Iterator[Cluster]:
         running.stop_all()
 
 
+def has_rabbitmqctl() -> bool:
+    return shutil.which(RABBITMQCTL) is not None
+
+
 def rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60, check=True
+        [RABBITMQCTL, "-q", *args], capture_output=True, text=True, timeout=60, check=True
     )
 
 
@@ -161,7 +170,7 @@ def rabbitmq_vhost() -> Iterator[str]:
             user = conn.userid or "guest"
     except Exception as exc:
         pytest.fail(f"RabbitMQ is not reachable at {AMQP_BASE} (JOBS_TEST_AMQP_URL): {exc!r}")
-    if shutil.which("rabbitmqctl") is None:
+    if not has_rabbitmqctl():
         yield AMQP_BASE.rstrip("/") + "//"
         return
     vhost = f"clusterjobs-test-{uuid.uuid4().hex[:8]}"
@@ -202,7 +211,7 @@ class Broker:
         with Connection(self.url) as conn:
             channel: Any = conn.default_channel
             _name, before, _consumers = channel.queue_declare(queue, passive=True)
-            if shutil.which("rabbitmqctl") is not None:
+            if has_rabbitmqctl():
                 rabbitmqctl("purge_queue", "-p", conn.virtual_host, queue)
             else:
                 channel.queue_purge(queue)

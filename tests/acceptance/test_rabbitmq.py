@@ -7,13 +7,12 @@ Each test gets its own virtual host when ``rabbitmqctl`` can create one (else th
 queue on the default vhost keeps it apart): ``rabbitmq_vhost`` in conftest.py, which the
 ``broker`` fixture shares (the exactly-once tests of test_beats_cluster.py run on both brokers).
 ``JOBS_TEST_AMQP_URL`` points elsewhere than the local server (default
-``amqp://guest:guest@127.0.0.1:5672/``).
+``amqp://guest:guest@127.0.0.1:5672/``; without one, ``make test`` starts a private node).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from kombu import Connection
 
 from jobs.models import JobRun, RunStatus, Trigger
-from tests.acceptance.conftest import Cluster, rabbitmqctl, wait_for
+from tests.acceptance.conftest import Cluster, has_rabbitmqctl, rabbitmqctl, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -85,7 +84,7 @@ def test_every_slot_runs_once_on_rabbitmq(cluster: Cluster, amqp_url: str, tmp_p
     succeeded = {str(run.pk) for run in runs if run.status == RunStatus.SUCCEEDED}
     assert succeeded | {str(manual_id)} <= set(executed)
 
-    if shutil.which("rabbitmqctl") is not None:
+    if has_rabbitmqctl():
         consumers = rabbitmqctl(
             "list_consumers", "-p", _vhost(amqp_url), "queue_name", "channel_pid", "ack_required"
         ).stdout
