@@ -26,6 +26,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -70,6 +71,22 @@ def guarded_noop(ctx: Any, log: str) -> None:
 @shared_task(name="bench.plain_noop")
 def plain_noop(log: str, n: int) -> None:
     _stamp(log)
+
+
+# The floor of any run that is recorded in the database: its start and its outcome are each
+# durable before they count, so at least two commits; here two bare conditional UPDATEs of one
+# row around the same no-op (spread over as many rows as the guarded runs use jobs).
+_FLOOR_UPDATE = "UPDATE bench_floor SET n = n + 1 WHERE id = %(id)s AND n >= 0"
+
+
+@shared_task(name="bench.floor_noop")
+def floor_noop(log: str, n: int) -> None:
+    from jobs.lease import statement_cursor
+
+    with statement_cursor() as cursor:
+        cursor.execute(_FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
+        _stamp(log)
+        cursor.execute(_FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
 
 
 if Singleton is not None:
@@ -191,7 +208,7 @@ class Throughput:
                 self._publish_runs(queue, str(log), producer)
             else:
                 # Through the task object: celery-singleton takes its lock in apply_async.
-                task = plain_noop if kind == "plain" else singleton_noop
+                task: Any = {"plain": plain_noop, "floor": floor_noop}.get(kind, singleton_noop)
                 for n in range(self.tasks):
                     task.apply_async(args=(str(log), n), queue=queue, producer=producer)
         try:
@@ -244,6 +261,17 @@ class Throughput:
         JobRun.objects.all().delete()
 
 
+def _create_floor_rows() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_floor (id int PRIMARY KEY, n bigint NOT NULL)")
+        cursor.execute(
+            "INSERT INTO bench_floor SELECT g, 0 FROM generate_series(0, %s) AS g",
+            [GUARDED_JOBS - 1],
+        )
+
+
 def _lines(log: Path) -> int:
     return log.read_bytes().count(b"\n") if log.exists() else 0
 
@@ -268,24 +296,31 @@ def latency_table(results: dict[str, list[float]]) -> str:
 
 
 def throughput_table(results: dict[str, list[float]], tasks: int) -> str:
-    """Medians per kind, and the median of the per-round ratios to plain Celery (the rounds
-    alternate the kinds, so a ratio compares measurements taken moments apart)."""
-    plain = results["plain"]
+    """Medians per kind, and the medians of the per-round ratios to plain Celery and to the
+    floor (the rounds alternate the kinds, so a ratio compares measurements moments apart)."""
+
+    def ratio(values: list[float], base: str) -> str:
+        if base not in results:
+            return "-"
+        pairs = zip(values, results[base], strict=True)
+        return f"{statistics.median(v / b for v, b in pairs):.2f}"
+
     lines = [
         f"| no-op, one worker -c 2, {tasks} tasks | tasks/s (median) | each round "
-        "| vs plain Celery (median of per-round ratios) |",
-        "| --- | --- | --- | --- |",
+        "| vs plain Celery | vs the floor |",
+        "| --- | --- | --- | --- | --- |",
     ]
     labels = {
         "plain": "plain Celery task",
+        "floor": "plain task + two bare UPDATE commits (the floor of a recorded run)",
         "guarded": "guarded run (claim + lease, heartbeat, fenced finish + release)",
         "singleton": "celery-singleton task (Redis lock)",
     }
     for kind, values in results.items():
-        ratio = statistics.median(v / p for v, p in zip(values, plain, strict=True))
         rounds = ", ".join(f"{v:.0f}" for v in values)
         lines.append(
-            f"| {labels[kind]} | {statistics.median(values):.0f} | {rounds} | {ratio:.2f} |"
+            f"| {labels[kind]} | {statistics.median(values):.0f} | {rounds} "
+            f"| {ratio(values, 'plain')} | {ratio(values, 'floor')} |"
         )
     return "\n".join(lines)
 
@@ -297,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="throughput rounds per kind")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument(
-        "--kinds", default="plain,guarded,singleton", help="throughput kinds, comma-separated"
+        "--kinds",
+        default="plain,floor,guarded,singleton",
+        help="throughput kinds, comma-separated",
     )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
@@ -323,15 +360,20 @@ def main(argv: list[str] | None = None) -> int:
         kinds = [
             kind
             for kind in args.kinds.split(",")
-            if kind in ("plain", "guarded") or (kind == "singleton" and Singleton is not None)
+            if kind in ("plain", "floor", "guarded")
+            or (kind == "singleton" and Singleton is not None)
         ]
         if not args.skip_throughput:
+            _create_floor_rows()
             bench = Throughput(args.tasks, bench_url)
-            for round_ in range(args.rounds):
-                for kind in kinds:
-                    rate = bench.measure(kind)
-                    throughput.setdefault(kind, []).append(rate)
-                    print(f"  round {round_ + 1}: {kind} {rate:.0f} tasks/s", flush=True)
+            try:
+                for round_ in range(args.rounds):
+                    for kind in kinds:
+                        rate = bench.measure(kind)
+                        throughput.setdefault(kind, []).append(rate)
+                        print(f"  round {round_ + 1}: {kind} {rate:.0f} tasks/s", flush=True)
+            finally:
+                shutil.rmtree(bench.tmp, ignore_errors=True)  # logs and start stamps
     finally:
         connections.close_all()
         recreate(admin, name, create=False)

@@ -65,6 +65,8 @@ class JobSpec:
 
 
 _REGISTRY: dict[str, JobSpec] = {}
+# The names of the functions declared with a lock_key (kept as they register: every claim asks).
+_KEYED: set[str] = set()
 
 
 def job(
@@ -123,6 +125,9 @@ def job(
                 f"and {_qualified(func)}"
             )
         _REGISTRY[name] = spec
+        _KEYED.discard(name)
+        if lock_key is not None:
+            _KEYED.add(name)
         _register_celery_task(name)
         return func
 
@@ -144,6 +149,11 @@ def names() -> list[str]:
 
 def specs() -> list[JobSpec]:
     return [_REGISTRY[name] for name in names()]
+
+
+def keyed_names() -> frozenset[str]:
+    """The functions whose lock key comes from their arguments (each run's claim asks)."""
+    return frozenset(_KEYED)
 
 
 def is_registered(name: str) -> bool:

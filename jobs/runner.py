@@ -55,7 +55,7 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
         pid=os.getpid(),
         task_id=task_id,
         holder=holder,
-        keyed_tasks=[spec.name for spec in registry.specs() if spec.lock_key is not None],
+        keyed_tasks=registry.keyed_names(),
     )
     if claim is None:
         status = records.count_duplicate(run_id)
