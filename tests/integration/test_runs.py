@@ -159,3 +159,64 @@ def test_a_continuous_job_cannot_be_triggered(make_job: Callable[..., Job]) -> N
     with pytest.raises(NotTriggerable, match="continuous job"):
         run_now(job.name)
     assert not JobRun.objects.filter(job=job).exists()
+
+
+def _concurrently(count: int, action: Callable[[int], object]) -> list[object]:
+    """``action(i)`` on ``count`` threads (each its own connection), released together."""
+    start = threading.Barrier(count)
+    results: list[object] = [None] * count
+
+    def work(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = action(i)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def test_concurrent_claims_of_one_run_give_it_to_exactly_one(
+    make_job: Callable[..., Job],
+) -> None:
+    run = _run_for(make_job())
+    claims = _concurrently(
+        6,
+        lambda i: records.claim(run.pk, node=f"n{i}", pid=i, task_id="t", holder=f"n{i}:run"),
+    )
+    won = [claim for claim in claims if claim is not None]
+    assert len(won) == 1
+    winner = won[0]
+    assert isinstance(winner, records.Claim) and winner.lease is not None
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert (run.node, run.fencing_token) == (winner.lease.holder.split(":")[0], winner.lease.token)
+
+
+def test_concurrent_claims_of_one_jobs_runs_let_one_hold_and_record_the_rest_skipped(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(overlap="skip")
+    runs = [
+        JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+        for _ in range(6)
+    ]
+    claims = _concurrently(
+        6,
+        lambda i: records.claim(runs[i].pk, node=f"n{i}", pid=i, task_id="t", holder=f"n{i}:r"),
+    )
+    assert all(isinstance(claim, records.Claim) for claim in claims)
+    holders = [c for c in claims if isinstance(c, records.Claim) and c.lease is not None]
+    assert len(holders) == 1
+    holder = holders[0]
+    assert holder.lease is not None
+    statuses = sorted(JobRun.objects.filter(job=job).values_list("status", flat=True))
+    assert statuses == [RunStatus.RUNNING] + [RunStatus.SKIPPED] * 5
+    for skipped in JobRun.objects.filter(job=job, status=RunStatus.SKIPPED):
+        assert f"held by {holder.lease.holder} (token {holder.lease.token})" in skipped.error
+        assert skipped.fencing_token is None and skipped.finished_at is not None
