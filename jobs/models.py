@@ -8,7 +8,7 @@ with the job, so there is one place for each fact.
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -68,9 +68,21 @@ class Trigger(models.TextChoices):
     RETRY = "retry"
 
 
+# A job's name is a path segment of the API (/api/jobs/<name>): a slash would make it one that
+# no URL can reach (a client's %2F arrives decoded).
+NO_SLASH_IN_NAME = RegexValidator(
+    r"^[^/]*\Z",
+    "A job name cannot contain '/': it is part of the API's URLs (/api/jobs/<name>).",
+    code="slash_in_name",
+)
+
+
 class Job(models.Model):
     name = models.CharField(
-        max_length=190, unique=True, help_text="Unique name of this job, e.g. nightly-report."
+        max_length=190,
+        unique=True,
+        validators=[NO_SLASH_IN_NAME],
+        help_text="Unique name of this job, e.g. nightly-report.",
     )
     task = models.CharField(
         max_length=200,

@@ -93,6 +93,9 @@ def job(
         raise TypeError(f"@job({name!r}): unknown option(s) {sorted(unknown)}")
     if sum(x is not None for x in (every, cron)) + continuous > 1:
         raise TypeError(f"@job({name!r}): give at most one of every=, cron=, continuous=True")
+    if "/" in name and (every is not None or cron is not None or continuous):
+        # The job it declares would be one no API URL can reach (see models.NO_SLASH_IN_NAME).
+        raise TypeError(f"@job({name!r}): a job's name cannot contain '/'")
     step_seconds = None if step_every is None else parse_duration(step_every).total_seconds()
     if step_seconds is not None and step_seconds <= 0:
         raise TypeError(f"@job({name!r}): step_every must be positive")

@@ -203,6 +203,14 @@ def test_bad_input_is_a_field_error_and_creates_nothing(admin_client, overrides,
     assert not PeriodicTask.objects.exists()
 
 
+def test_a_slash_in_the_name_is_an_error_on_name(admin_client):
+    response = admin_client.post(ADD_URL, form_data(name="reports/nightly"))
+
+    assert response.status_code == 200
+    assert "cannot contain '/'" in form_errors(response)["name"][0]
+    assert not Job.objects.exists()
+
+
 def test_duplicate_name_is_an_error_on_name(admin_client):
     make_job("report")
 

@@ -387,6 +387,17 @@ def test_add_a_duplicate_name() -> None:
 
 
 @pytest.mark.django_db
+def test_add_a_name_with_a_slash() -> None:
+    error = jobs_error("add", "reports/nightly", "--task", "tests.cli_example", "--every", "10s")
+    assert str(error) == (
+        "jobs add: error: NAME: A job name cannot contain '/': it is part of the API's URLs "
+        "(/api/jobs/<name>)."
+    )
+    assert error.returncode == 2
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
 def test_add_an_empty_name() -> None:
     error = jobs_error("add", "", "--task", "tests.cli_example", "--every", "10s")
     assert str(error) == "jobs add: error: NAME: This field cannot be blank."
