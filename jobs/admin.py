@@ -450,8 +450,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are created by ``manage.py apitoken create`` (the secret is shown once there);
     here they can be seen and revoked (deleted)."""
 
-    list_display = ["name", "prefix", "created_at", "last_used_at"]
-    readonly_fields = ["name", "prefix", "created_at", "last_used_at"]
+    list_display = ["name", "prefix", "read_only", "created_at", "last_used_at"]
+    readonly_fields = ["name", "prefix", "read_only", "created_at", "last_used_at"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -72,7 +72,7 @@ def invalid(fields: Mapping[str, list[str]]) -> ApiError:
 
 def endpoint(methods: Mapping[str, str | None]) -> Callable[[View], View]:
     """``methods`` maps each allowed method to the permission a staff session needs for it
-    (``None``: no authentication at all). Tokens may do everything."""
+    (``None``: no authentication at all). Tokens may do everything, read-only ones only read."""
 
     def decorate(view: View) -> View:
         @csrf_exempt
@@ -106,18 +106,29 @@ def endpoint(methods: Mapping[str, str | None]) -> Callable[[View], View]:
     return decorate
 
 
+# The methods that change nothing: what a read-only token and a session without CSRF may send.
+_READS = ("GET", "HEAD", "OPTIONS")
+
+
 def _authorize(request: HttpRequest, permission: str) -> None:
     secret = tokens.bearer_secret(request)
     if secret is not None:
-        if tokens.authenticate(secret) is None:
+        token = tokens.authenticate(secret)
+        if token is None:
             raise ApiError(401, "unknown or revoked API token")
+        if token.read_only and request.method not in _READS:
+            raise ApiError(
+                403,
+                f"token {token.name!r} is read-only: it cannot {request.method} here "
+                "(manage.py apitoken create NAME, without --read-only, makes one that can)",
+            )
         return
     user = request.user
     if not user.is_authenticated or not user.is_active:
         raise ApiError(401, "authentication required: send Authorization: Bearer <token>")
     if not user.is_staff or not user.has_perm(permission):
         raise ApiError(403, f"this user lacks the {permission} permission")
-    if request.method not in ("GET", "HEAD", "OPTIONS") and _csrf_rejects(request):
+    if request.method not in _READS and _csrf_rejects(request):
         raise ApiError(403, "CSRF check failed: a session's writes need the X-CSRFToken header")
 
 

@@ -37,7 +37,10 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 _DATETIME = {"type": "string", "format": "date-time"}
 _ERRORS = {
     "401": _error("No credentials, or an unknown or revoked token."),
-    "403": _error("A staff session without the permission, or a session write without CSRF."),
+    "403": _error(
+        "A staff session without the permission, a session write without CSRF, or a write "
+        "with a read-only token."
+    ),
     "503": _error("The database is unreachable."),
 }
 _NOT_FOUND = {"404": _error("No job (or run) with that name (id).")}

@@ -25,10 +25,11 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create(name: str) -> tuple[ApiToken, str]:
-    """A new token named ``name``; returns the row and the secret, which is not stored."""
+def create(name: str, *, read_only: bool = False) -> tuple[ApiToken, str]:
+    """A new token named ``name``; returns the row and the secret, which is not stored. A
+    ``read_only`` one is refused every request that would change something (403)."""
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken(name=name, prefix=secret[:10], digest=digest(secret))
+    token = ApiToken(name=name, prefix=secret[:10], digest=digest(secret), read_only=read_only)
     token.full_clean(exclude=["digest"])
     try:
         with transaction.atomic():

@@ -77,6 +77,33 @@ def test_only_the_digest_is_stored_and_use_is_recorded(secret: str, api: Client)
     assert stored.last_used_at is not None
 
 
+def test_a_read_only_token_reads_and_is_refused_every_write(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("report")
+    reader = Client(
+        headers={"authorization": f"Bearer {tokens.create('grafana', read_only=True)[1]}"}
+    )
+    assert reader.get("/api/jobs").status_code == 200
+    assert reader.get("/api/jobs/report/runs").status_code == 200
+    assert reader.get("/metrics").status_code == 200
+
+    writes = [
+        reader.post("/api/jobs/report/runs", headers={"idempotency-key": "k"}),
+        reader.post("/api/jobs/report/pause"),
+        reader.post("/api/jobs/report/resume"),
+        reader.patch(
+            "/api/jobs/report", data={"policies": {"lease_ttl": 5}}, content_type="application/json"
+        ),
+    ]
+    for response in writes:
+        assert response.status_code == 403
+        assert response.json()["error"].startswith("token 'grafana' is read-only: it cannot ")
+    assert not JobRun.objects.exists()
+    job.refresh_from_db()
+    assert job.enabled and job.lease_ttl != 5
+
+
 def test_a_staff_session_reads_and_needs_csrf_to_write(make_job: Callable[..., Job]) -> None:
     make_job("report")
     admin = User.objects.create_superuser("root", password="x")
@@ -434,9 +461,16 @@ def test_the_apitoken_command_prints_the_secret_once() -> None:
         call_command("apitoken", "create", "ci")
     assert duplicate.value.returncode == 2
 
+    call_command("apitoken", "create", "dashboard", "--read-only", stdout=io.StringIO())
+    assert ApiToken.objects.get(name="dashboard").read_only
+    assert not ApiToken.objects.get(name="ci").read_only
+
     listing = io.StringIO()
     call_command("apitoken", "list", stdout=listing)
-    assert "ci" in listing.getvalue() and secret not in listing.getvalue()
+    lines = listing.getvalue().splitlines()
+    assert secret not in listing.getvalue()
+    assert [line.split()[0] for line in lines] == ["ci", "dashboard"]
+    assert "read-write" in lines[0] and "read-only" in lines[1]
 
     call_command("apitoken", "revoke", "ci", stdout=io.StringIO())
     assert tokens.authenticate(secret) is None

@@ -18,6 +18,11 @@ class Command(BaseCommand):
         verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
         create = verbs.add_parser("create", help="Create a token and print its secret once.")
         create.add_argument("name", metavar="NAME", help="Who or what will use it.")
+        create.add_argument(
+            "--read-only",
+            action="store_true",
+            help="Only reads (jobs, runs, /metrics): a dashboard's or a scraper's token.",
+        )
         verbs.add_parser("list", help="List tokens (never their secrets).")
         revoke = verbs.add_parser("revoke", help="Delete a token: requests with it get 401.")
         revoke.add_argument("name", metavar="NAME")
@@ -26,7 +31,7 @@ class Command(BaseCommand):
         verb = options["verb"]
         if verb == "create":
             try:
-                _token, secret = tokens.create(options["name"])
+                _token, secret = tokens.create(options["name"], read_only=options["read_only"])
             except ValidationError as exc:
                 detail = "; ".join(" ".join(m) for m in exc.message_dict.values())
                 raise CommandError(f"apitoken create: {detail}", returncode=2) from None
@@ -35,7 +40,8 @@ class Command(BaseCommand):
         elif verb == "list":
             for token in ApiToken.objects.all():
                 used = token.last_used_at.isoformat() if token.last_used_at else "never"
-                self.stdout.write(f"{token.name}  {token.prefix}…  last used {used}")
+                scope = "read-only" if token.read_only else "read-write"
+                self.stdout.write(f"{token.name}  {token.prefix}…  {scope}  last used {used}")
         elif not tokens.revoke(options["name"]):
             raise CommandError(f"apitoken revoke: no token named {options['name']!r}", returncode=1)
         else:
