@@ -381,7 +381,7 @@ class ApiToken(models.Model):
     digest = models.CharField(max_length=64, unique=True, editable=False)
     read_only = models.BooleanField(
         default=False,
-        help_text="May only read (list jobs and runs, /metrics): no trigger, pause, resume or edit.",
+        help_text="Only reads (jobs, runs, /metrics): no trigger, pause, resume or edit.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='apitoken',
             name='read_only',
-            field=models.BooleanField(default=False, help_text='May only read (list jobs and runs, /metrics): no trigger, pause, resume or edit.'),
+            field=models.BooleanField(default=False, help_text='Only reads (jobs, runs, /metrics): no trigger, pause, resume or edit.'),
         ),
     ]
