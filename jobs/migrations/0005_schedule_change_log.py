@@ -3,6 +3,8 @@
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
+from jobs import postgres_only
+
 # Writers of the log take one transaction-scoped advisory lock before they append, so entries
 # are committed in id order: a beat that has read entry N will never see an entry below N
 # appear later. Job edits are rare, so serialising them costs nothing that matters.
@@ -57,16 +59,6 @@ DROP FUNCTION IF EXISTS jobs_log_schedule_change();
 """
 
 
-def _on_postgresql(sql):
-    # The beat needs PostgreSQL; on another database (the lease contract suite's SQLite) the
-    # table exists but nothing writes it.
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql, params=None)
-
-    return run
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -86,5 +78,5 @@ class Migration(migrations.Migration):
                 'ordering': ['id'],
             },
         ),
-        migrations.RunPython(_on_postgresql(CREATE), _on_postgresql(DROP)),
+        migrations.RunPython(postgres_only.run_sql(CREATE), postgres_only.run_sql(DROP)),
     ]

@@ -11,6 +11,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from jobs import postgres_only
+
 CLAIM = """
 CREATE OR REPLACE FUNCTION jobs_claim_run(
     p_run_id bigint, p_node text, p_pid integer, p_task_id text, p_holder text,
@@ -163,16 +165,6 @@ DROP FUNCTION IF EXISTS jobs_finish_run(bigint, text, bigint, text, text, text, 
 """
 
 
-def _on_postgresql(sql):
-    # Runs need PostgreSQL; on another database (the lease contract suite's SQLite) the run
-    # tables exist but nothing claims runs.
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql, params=None)
-
-    return run
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -194,5 +186,5 @@ class Migration(migrations.Migration):
             model_name='jobrun',
             index=models.Index(condition=models.Q(('retry_of__isnull', False)), fields=['retry_of'], name='jobrun_retry_of'),
         ),
-        migrations.RunPython(_on_postgresql(CLAIM + FINISH), _on_postgresql(DROP)),
+        migrations.RunPython(postgres_only.run_sql(CLAIM + FINISH), postgres_only.run_sql(DROP)),
     ]
