@@ -14,10 +14,11 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from devtools.processes import Command, ProcessGroup
 from devtools.rabbitmq import rabbitmq_for_tests
-from devtools.services import ROOT, embedded_services
+from devtools.services import DEV_DIR, ROOT, embedded_services
 
 PYTHON = sys.executable
 MANAGE = [PYTHON, str(ROOT / "manage.py")]
@@ -76,11 +77,23 @@ def run_platform(env: dict[str, str]) -> int:
     for n in (1, 2):
         worker = [*CELERY, "worker", "-n", f"worker{n}@%h", "-c", "2", "-l", "info", "-E"]
         group.start(Command(f"worker-{n}", worker))
-    flower = [*CELERY, "flower", f"--port={flower_port}", "--address=127.0.0.1"]
+    flower = [
+        *CELERY, "flower", f"--port={flower_port}", "--address=127.0.0.1",
+        *flower_state_options(DEV_DIR / "flower.db"),
+    ]  # fmt: skip
     group.start(Command("flower", flower))
     group.say("devtools", f"admin:  http://127.0.0.1:{web_port}/admin/")
     group.say("devtools", f"flower: http://127.0.0.1:{flower_port}/  (Ctrl-C stops everything)")
     return group.wait()
+
+
+def flower_state_options(db: Path) -> list[str]:
+    """Flower keeps the tasks it saw in ``db`` across restarts: saved every minute and when it
+    stops (SIGTERM), loaded when it starts. docker/compose.yaml gives it the same options."""
+    return ["--persistent=True", f"--db={db}", f"--state_save_interval={FLOWER_SAVE_EVERY_MS}"]
+
+
+FLOWER_SAVE_EVERY_MS = 60_000
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,15 @@ class Cluster:
         return self._start(
             name, [sys.executable, "-m", "celery", "-A", "project", "beat", "-l", "info"], env
         )
+
+    def start_flower(
+        self, name: str, port: int, options: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        argv = [
+            sys.executable, "-m", "celery", "-A", "project", "flower",
+            f"--port={port}", "--address=127.0.0.1", *options,
+        ]  # fmt: skip
+        return self._start(name, argv, env)
 
     def manage(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

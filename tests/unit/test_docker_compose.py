@@ -372,6 +372,22 @@ def test_flower_publishes_5555_with_basic_auth() -> None:
     assert is_required_interpolation(environment(flower).get("FLOWER_BASIC_AUTH", ""))
 
 
+def test_flower_keeps_its_state_in_a_named_volume_its_user_can_write() -> None:
+    flower = services()["flower"]
+    argv = command(flower)
+    assert option(argv, None, "--persistent") == "True"
+    db = option(argv, None, "--db")
+    assert db is not None and db.startswith("/")
+    mounts = dict(str(v).split(":", 1) for v in flower.get("volumes", []))
+    named = set(compose().get("volumes") or {})
+    state_dirs = [target for source, target in mounts.items() if source in named]
+    assert [target for target in state_dirs if db.startswith(target.rstrip("/") + "/")], mounts
+    # A new named volume takes the owner of the image's directory: it must be the runtime user.
+    runs = [args for instruction, args in dockerfile_instructions() if instruction == "RUN"]
+    state_dir = db.rsplit("/", 1)[0]
+    assert any(f"install -d -o app -g app {state_dir}" in args for args in runs), runs
+
+
 def test_web_publishes_its_port() -> None:
     web = services()["web"]
     published = [str(port).rsplit(":", 1)[-1].split("/")[0] for port in web.get("ports", [])]
