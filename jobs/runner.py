@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from jobs import dispatch, logcontext, policies, records, registry
+from jobs import dispatch, logcontext, policies, records, registry, shutdown_notice
 from jobs.context import JobContext
 from jobs.exceptions import UnknownJobFunction
 from jobs.keeper import LeaseKeeper
@@ -262,7 +262,9 @@ def _call_with_soft_limit(spec: registry.JobSpec, job: Job, ctx: JobContext) -> 
 
 def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
     try:
-        value: Any = spec.func(ctx, *job.args, **job.kwargs)
+        # The worker's shutdown sets ctx.stopping too; what the function then returns counts.
+        with shutdown_notice.watching(ctx.stopping):
+            value: Any = spec.func(ctx, *job.args, **job.kwargs)
     except Exception as exc:
         return Outcome(
             RunStatus.FAILED,

@@ -1,6 +1,7 @@
 """A ``celery worker``'s main process: its node row and heartbeat, and the supervisor of
 continuous jobs. Connected to Celery's worker signals from ``JobsConfig.ready()``; they fire in
-the worker's main process only (never in pool processes, beats or web processes).
+the worker's main process only (never in pool processes, beats or web processes), except
+``worker_process_init``, which ``jobs.shutdown_notice`` uses in each pool process.
 
 - ``worker_ready``: register the node, start the heartbeat and supervisor threads;
 - ``worker_shutting_down`` (the SIGTERM/SIGINT/SIGQUIT handler): ask the supervisor to stop.
@@ -20,6 +21,7 @@ from typing import Any
 import celery
 from celery import signals
 
+from jobs import shutdown_notice
 from jobs.conf import get_conf
 from jobs.nodes import NodeHeartbeat, NodeInfo
 from jobs.supervisor import SHUTDOWN_GRACE, Supervisor
@@ -33,6 +35,20 @@ _running: list[Supervisor] = []
 
 
 def connect_worker_signals() -> None:
+    # The shutdown notice first: its pipe must exist before the pool forks.
+    signals.worker_init.connect(
+        shutdown_notice.open_before_fork, weak=False, dispatch_uid="jobs.shutdown_notice.open"
+    )
+    signals.worker_process_init.connect(
+        shutdown_notice.listen_in_pool_process,
+        weak=False,
+        dispatch_uid="jobs.shutdown_notice.listen",
+    )
+    signals.worker_shutting_down.connect(
+        shutdown_notice.announce_from_main_process,
+        weak=False,
+        dispatch_uid="jobs.shutdown_notice.announce",
+    )
     signals.worker_ready.connect(_on_worker_ready, weak=False, dispatch_uid="jobs.node.ready")
     signals.worker_shutting_down.connect(
         _on_shutting_down, weak=False, dispatch_uid="jobs.node.shutting_down"
