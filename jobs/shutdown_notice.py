@@ -31,18 +31,24 @@ _lock = threading.Lock()
 _watched: set[threading.Event] = set()  # the ctx.stopping of each run executing here
 _read_fd: int | None = None
 _write_fd: int | None = None
+_main_pid = 0  # the process that opened the pipe: the worker's main process
 
 
 def open_before_fork(**_kwargs: object) -> None:
     """In the worker's main process, before the pool forks (``worker_init``)."""
-    global _read_fd, _write_fd
+    global _read_fd, _write_fd, _main_pid
     if _write_fd is None:
         _read_fd, _write_fd = os.pipe()
+        _main_pid = os.getpid()
 
 
 def listen_in_pool_process(**_kwargs: object) -> None:
     """In each pool process as it starts (``worker_process_init``)."""
     global _write_fd
+    if os.getpid() == _main_pid:
+        # The solo pool sends worker_process_init in the main process itself: closing the write
+        # end here would announce a shutdown at once. Runs there are told directly.
+        return
     if _write_fd is not None:
         # Only the main process may hold a write end, or closing it would not end the file.
         os.close(_write_fd)

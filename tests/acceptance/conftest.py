@@ -67,11 +67,15 @@ class Cluster:
         self.env["CELERY_BROKER_URL"] = url
 
     def start_worker(
-        self, name: str, concurrency: int = 2, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        concurrency: int = 2,
+        env: Mapping[str, str] | None = None,
+        pool: str = "prefork",
     ) -> subprocess.Popen[bytes]:
         argv = [
             sys.executable, "-m", "celery", "-A", "project", "worker",
-            "-n", f"{name}@%h", "-Q", self.queue, "-c", str(concurrency),
+            "-n", f"{name}@%h", "-Q", self.queue, "-c", str(concurrency), "-P", pool,
             "-l", "info", "--without-gossip", "--without-mingle",
         ]  # fmt: skip
         return self._start(name, argv, env)

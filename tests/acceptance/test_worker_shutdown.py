@@ -1,6 +1,6 @@
 """A worker asked to stop (SIGTERM to its main process: ``docker stop``, systemd's
-``KillMode=mixed``) sets ``ctx.stopping`` in the runs its pool processes are executing, so a long
-job ends early and is recorded with its own outcome instead of holding the shutdown up."""
+``KillMode=mixed``) sets ``ctx.stopping`` in the runs it is executing, whatever its pool, so a
+long job ends early and is recorded with its own outcome instead of holding the shutdown up."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import signal
 import time
 
 import pytest
+from django.utils import timezone
 
 from jobs.models import JobRun, RunStatus
 from tests.acceptance.conftest import Cluster, wait_for
@@ -19,13 +20,16 @@ pytestmark = pytest.mark.acceptance
 JOB_SECONDS = 120  # how long the job waits for ctx.stopping before giving up by itself
 
 
-def test_a_warm_shutdown_asks_the_runs_under_way_to_stop(cluster: Cluster) -> None:
+# prefork: runs execute in pool processes (told through the pipe); solo and threads: in the
+# worker's main process itself (told directly).
+@pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
+def test_a_warm_shutdown_asks_the_runs_under_way_to_stop(cluster: Cluster, pool: str) -> None:
     added = cluster.manage(
         "jobs", "add", "long", "--task", "tests.wait_for_stop", "--every", "1h",
         "--kwargs", json.dumps({"seconds": JOB_SECONDS}), "--queue", cluster.queue,
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
-    worker = cluster.start_worker("node-a", concurrency=2)
+    worker = cluster.start_worker("node-a", concurrency=2, pool=pool)
     triggered = cluster.manage("jobs", "run", "long")
     assert triggered.returncode == 0, triggered.stderr
     run = JobRun.objects.get(pk=int(triggered.stdout.strip()))
@@ -35,12 +39,13 @@ def test_a_warm_shutdown_asks_the_runs_under_way_to_stop(cluster: Cluster) -> No
         what="the run to start",
     )
 
-    asked = time.monotonic()
+    asked_at, asked = timezone.now(), time.monotonic()
     os.kill(worker.pid, signal.SIGTERM)  # the main process only, as docker stop does
     assert worker.wait(timeout=JOB_SECONDS / 2) == 0, cluster.log_of("node-a")
     took = time.monotonic() - asked
 
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.finished_at is not None and run.finished_at >= asked_at, "ended before it was asked"
     assert run.result == "stopped"  # the function saw ctx.stopping; it did not time out
     assert took < JOB_SECONDS / 4, f"the worker took {took:.1f} s to stop"
