@@ -19,8 +19,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,3 +257,47 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(poll)
+
+
+# --- a PostgreSQL of a test's own, to stop and start ------------------------------------------
+
+
+@dataclass
+class PrivatePostgres:
+    server: Any
+    url: str
+
+    def pg_ctl(self, *args: str) -> None:
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
+
+        pg_ctl(list(args), pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
+
+    def stop(self) -> None:
+        self.pg_ctl("-w", "-m", "fast", "stop")
+
+    def start(self) -> None:
+        socket_dir = self.server.get_postmaster_info().socket_dir
+        self.pg_ctl(
+            "-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.server.log), "start"
+        )
+        self.server.ensure_postgres_running()  # so that cleanup stops this server
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    with warnings.catch_warnings():
+        # platformdirs warns about XDG_RUNTIME_DIR when pgserver picks its lock directory.
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    # Not under pytest's tmp_path: the server runs as another user, and every pytest start
+    # makes pytest's temporary root private again.
+    folder = Path(tempfile.mkdtemp(prefix="jobs-pg-"))
+    server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
+    try:
+        server.psql("CREATE DATABASE jobs;")
+        socket_dir = str(server.get_postmaster_info().socket_dir)
+        yield PrivatePostgres(server, f"postgresql://postgres@{quote(socket_dir, safe='')}/jobs")
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -3,8 +3,8 @@ catch-up, on real ``celery beat`` / ``celery worker`` processes.
 
 The exactly-once tests (kills and skewed clocks; broker contents lost, duplicate deliveries) run
 on both brokers, Redis and RabbitMQ (the ``broker`` fixture); catch-up does not involve the broker
-and runs on Redis only; a Redis restart (the process killed and started again) uses a Redis of
-the test's own.
+and runs on Redis only; a Redis restart (the process killed and started again) and a database
+restart use a Redis and a PostgreSQL of the test's own.
 
 Executions are counted independently of the run table: ``tests.record`` appends one line per
 execution (run id first) to a file. Times are read from this machine's clock, which the beats
@@ -13,12 +13,14 @@ execution (run id first) to a file. Times are read from this machine's clock, wh
 
 from __future__ import annotations
 
+import json
 import signal
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.utils import timezone
 
@@ -28,7 +30,7 @@ from jobs.dispatch import publish
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedules import Every
 from jobs.services import JobDefinition, create_job
-from tests.acceptance.conftest import Broker, Cluster, wait_for
+from tests.acceptance.conftest import Broker, Cluster, PrivatePostgres, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -351,3 +353,71 @@ def test_a_redis_restart_loses_no_slot_and_doubles_none(cluster: Cluster, tmp_pa
         cluster.stop_all()
         redis.kill()
         redis.wait()
+
+
+def test_a_database_restart_loses_no_slot_and_doubles_none(
+    cluster: Cluster, tmp_path: Path, private_postgres: PrivatePostgres
+) -> None:
+    """Two beats and a worker on a PostgreSQL of the test's own, stopped for 6 s and started
+    again. The beats keep the slots they could not record and record them once it is back
+    (within their start deadline); the worker's next claims reconnect; every slot of the window
+    runs once, and each job's fencing tokens keep growing across the restart."""
+    url = private_postgres.url
+    cluster.env.update(DATABASE_URL=url)
+    migrated = cluster.manage("migrate", "--noinput", "-v", "0")
+    assert migrated.returncode == 0, migrated.stderr
+    log = tmp_path / "executions.log"
+    names = [f"tick-1-{n}" for n in range(2)]
+    for name in names:
+        added = cluster.manage(
+            "jobs", "add", name, "--task", "tests.record", "--every", "1s",
+            "--kwargs", json.dumps({"log": str(log)}), "--queue", cluster.queue,
+            "--start-deadline", "60s",
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+    worker = cluster.start_worker("worker", concurrency=1)  # the backlog runs one at a time
+    beats = [cluster.start_beat(name, env=BEAT_ENV) for name in ("beat-1", "beat-2")]
+    _wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
+    start = _second(timezone.now()) + timedelta(seconds=2)
+
+    _wait_until(start + timedelta(seconds=4))
+    private_postgres.stop()
+    _wait_until(timezone.now() + timedelta(seconds=6))
+    private_postgres.start()
+    end = timezone.now() + timedelta(seconds=6)
+    _wait_until(end + timedelta(seconds=1))
+
+    def settled() -> bool:
+        rows = _private_runs(url, start, end)
+        return len(rows) == 2 * len(_grid(1, start, end)) and all(
+            status in ("succeeded", "skipped", "missed") for *_, status, _token in rows
+        )
+
+    wait_for(settled, timeout=90, what="every slot of the window recorded and ended")
+    assert [p.poll() for p in (*beats, worker)] == [None, None, None], "a process died"
+
+    rows = _private_runs(url, start, end)
+    executions = _executions(log)
+    for name in names:
+        mine = [row for row in rows if row[0] == name]
+        assert [row[1] for row in mine] == _grid(1, start, end), f"{name}: one record per slot"
+        assert {row[3] for row in mine} == {"succeeded"}, name
+        assert all(executions[row[2]] == 1 for row in mine), f"{name}: a run executed twice"
+        tokens = [row[4] for row in sorted(mine, key=lambda row: row[2])]
+        assert tokens == sorted(set(tokens)), f"{name}: fencing tokens did not keep growing"
+
+
+PrivateRun = tuple[str, datetime, int, str, int]
+
+
+def _private_runs(url: str, start: datetime, end: datetime) -> list[PrivateRun]:
+    """(job name, slot, run id, status, token) of the window's scheduled runs, by slot."""
+    with psycopg.connect(url, connect_timeout=2) as conn:
+        rows = conn.execute(
+            "SELECT j.name, r.scheduled_for, r.id, r.status, r.fencing_token"
+            "  FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id"
+            " WHERE r.trigger = 'scheduled' AND r.scheduled_for BETWEEN %s AND %s"
+            " ORDER BY j.name, r.scheduled_for",
+            [start, end],
+        ).fetchall()
+    return [(str(n), s, int(i), str(st), int(t or 0)) for n, s, i, st, t in rows]

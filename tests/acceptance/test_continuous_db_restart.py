@@ -8,21 +8,14 @@ once it is back every job must run again exactly once, with a higher token.
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
 import time
-import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
 
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Cluster, PrivatePostgres, wait_for
 from tests.jobs_continuous import (
     Holders,
     Sampler,
@@ -36,47 +29,6 @@ pytestmark = pytest.mark.acceptance
 
 HEARTBEAT = 2.0  # leases last 6 s; the local deadline comes 0.6 s before they lapse
 JOBS = ["r0", "r1", "r2"]
-
-
-@dataclass
-class PrivatePostgres:
-    server: Any
-    url: str
-
-    def pg_ctl(self, *args: str) -> None:
-        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
-
-        pg_ctl(list(args), pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
-
-    def stop(self) -> None:
-        self.pg_ctl("-w", "-m", "fast", "stop")
-
-    def start(self) -> None:
-        socket_dir = self.server.get_postmaster_info().socket_dir
-        self.pg_ctl(
-            "-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.server.log), "start"
-        )
-        self.server.ensure_postgres_running()  # so that cleanup stops this server
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PrivatePostgres]:
-    with warnings.catch_warnings():
-        # platformdirs warns about XDG_RUNTIME_DIR when pgserver picks its lock directory.
-        warnings.simplefilter("ignore")
-        import pgserver
-
-    # Not under pytest's tmp_path: the server runs as another user, and every pytest start
-    # makes pytest's temporary root private again.
-    folder = Path(tempfile.mkdtemp(prefix="jobs-pg-"))
-    server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
-    try:
-        server.psql("CREATE DATABASE jobs;")
-        socket_dir = str(server.get_postmaster_info().socket_dir)
-        yield PrivatePostgres(server, f"postgresql://postgres@{quote(socket_dir, safe='')}/jobs")
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _leases(url: str) -> dict[str, tuple[str, int, float]]:
