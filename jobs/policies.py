@@ -16,6 +16,10 @@ Overlap, when a claimed run finds its key's lease held by a live holder:
   function may still be running. If a third run takes the lease meanwhile, the waiting run
   records ``skipped`` (superseded) rather than displacing the newer one.
 - ``allow``: no lease at all (the runner never gets here).
+
+A run still waiting (``wait`` or ``replace``) when its worker begins a warm shutdown stops
+waiting at once and is handed back: ``scheduled`` again and re-published, for another worker to
+run within its start deadline, instead of holding the shutdown up until then.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from jobs import lease, records
+from jobs import dispatch, lease, records, shutdown_notice
 from jobs.lease import HeldLease, LeaseHolder
 from jobs.models import Job, Overlap
 
@@ -44,6 +48,13 @@ class Skip:
     reason: str
 
 
+@dataclass(frozen=True)
+class HandedBack:
+    """The worker is shutting down: the run is ``scheduled`` again, for another worker."""
+
+    reason: str
+
+
 def retry_delay(base: float, attempt: int, rng: random.Random | None = None) -> float:
     """Seconds before retrying a run whose attempt number ``attempt`` (1 for the first) failed.
 
@@ -55,7 +66,9 @@ def retry_delay(base: float, attempt: int, rng: random.Random | None = None) -> 
     return delay / 2 + (rng or random).uniform(0, delay / 2)
 
 
-def take_lease(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | None:
+def take_lease(
+    job: Job, run_id: int, key: str, holder: str
+) -> HeldLease | Skip | HandedBack | None:
     """The lease on ``key`` for claimed run ``run_id``, as the job's overlap policy allows.
 
     ``None`` when the run is no longer this worker's to run (recovery recorded it meanwhile).
@@ -80,9 +93,10 @@ def held_message(key: str, held_by: LeaseHolder | None) -> str:
     return f"lease {key} held by {held_by.holder} (token {held_by.token})"
 
 
-def _wait(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | None:
+def _wait(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | HandedBack | None:
     while True:
-        time.sleep(WAIT_POLL_SECONDS)
+        if shutdown_notice.shutting_down.wait(WAIT_POLL_SECONDS):
+            return _hand_back(job, run_id, f"waiting for lease {key}")
         attempt = records.acquire_for_run(
             run_id, key=key, holder=holder, ttl=job.lease_ttl, within_deadline=True
         )
@@ -95,7 +109,7 @@ def _wait(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | No
             )
 
 
-def _replace(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | None:
+def _replace(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | HandedBack | None:
     asked = lease.request_stop(key, holder)
     if asked is not None:
         log.info(
@@ -126,4 +140,20 @@ def _replace(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip |
             )
             lease.force_release(key, token=current.token)
             continue
-        time.sleep(WAIT_POLL_SECONDS)
+        if shutdown_notice.shutting_down.wait(WAIT_POLL_SECONDS):
+            return _hand_back(job, run_id, f"waiting to replace the holder of lease {key}")
+
+
+def _hand_back(job: Job, run_id: int, waiting: str) -> HandedBack | None:
+    slot = records.hand_back(run_id)
+    if slot is None:
+        return None  # recorded meanwhile: no longer this worker's
+    reason = f"the worker is shutting down; the run was {waiting}"
+    try:
+        dispatch.publish(job, run_id, slot)
+    except Exception:  # the broker is gone too: maintenance re-publishes it
+        log.exception(
+            "publishing a handed-back run failed; maintenance will re-publish it",
+            extra={"action": "publish_failed", "run_id": run_id, "job": job.name},
+        )
+    return HandedBack(reason)

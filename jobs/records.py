@@ -112,6 +112,17 @@ SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::intege
                              %(task_id)s::text, %(holder)s::text, %(keyed_tasks)s::text[])
 """
 
+# A claimed run that never took its lease (overlap wait / replace, still waiting) goes back to
+# scheduled when its worker shuts down, for another worker to run within its deadline. The
+# dispatched_at stamp makes maintenance re-publish it only if the worker's own publish is lost.
+_HAND_BACK = """
+UPDATE jobs_jobrun
+   SET status = 'scheduled', node = '', pid = NULL, task_id = '', started_at = NULL,
+       dispatched_at = now()
+ WHERE id = %(run_id)s AND status = 'running' AND fencing_token IS NULL
+RETURNING scheduled_for
+"""
+
 _COUNT_DUPLICATE = """
 UPDATE jobs_jobrun SET duplicate_deliveries = duplicate_deliveries + 1
  WHERE id = %(run_id)s
@@ -295,6 +306,15 @@ def _job_from_columns(values: Sequence[Any]) -> Job:
 def _job_field_order() -> list[str]:
     """``_JOB_FIELDS`` in the model's field order (what ``Model.from_db`` expects)."""
     return [f.attname for f in Job._meta.concrete_fields if f.attname in _JOB_FIELDS]
+
+
+def hand_back(run_id: int) -> datetime | None:
+    """Return a claimed run that holds no lease to ``scheduled``; its slot, or ``None`` when it
+    is no longer this worker's (recorded meanwhile, or it took a lease)."""
+    with statement_cursor() as cursor:
+        cursor.execute(_HAND_BACK, {"run_id": run_id})
+        row = cursor.fetchone()
+    return None if row is None else row[0]
 
 
 def count_duplicate(run_id: int) -> str | None:

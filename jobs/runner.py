@@ -101,6 +101,9 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
         if isinstance(taken, policies.Skip):
             _finish(job, claim, None, Outcome(RunStatus.SKIPPED, error=taken.reason), fields)
             return
+        if isinstance(taken, policies.HandedBack):
+            log.info("run handed back: %s", taken.reason, extra={**fields, "action": "handed_back"})
+            return
         held = taken
         logcontext.bind(token=held.token)
 
