@@ -49,19 +49,12 @@ from typing import Any
 from celery import shared_task
 
 from bench.databases import fresh_database, recreate
+from bench.measure import append_stamp
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
 LAG_JOBS = 50
 LAG_SECONDS = 30
-
-
-def _stamp(log: str, text: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, f"{text} {time.time():.6f}\n".encode())
-    finally:
-        os.close(fd)
 
 
 # --- the functions the bench's workers run (they import this module through JOBS_MODULES) ----
@@ -75,13 +68,15 @@ def beat_noop(ctx: Any) -> None:
 @shared_task(name="bench.stock_probe")
 def stock_probe(log: str, job: str) -> None:
     """What stock beat sends: records which entry started when."""
-    _stamp(log, job)
+    append_stamp(log, job)
 
 
 # --- helpers -----------------------------------------------------------------------------------
 
 
 def percentile(values: list[float], pct: float) -> float:
+    """Rounded-index percentile (nan when empty); not bench.measure's nearest-rank one, so the
+    figures recorded from this bench keep their meaning."""
     ordered = sorted(values)
     if not ordered:
         return float("nan")

@@ -41,6 +41,7 @@ import dj_database_url
 import psycopg
 
 from bench.databases import fresh_database, recreate
+from bench.measure import percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,13 +63,6 @@ class Results:
         from jobs.supervisor import SUPERVISION_PERIOD
 
         return 3 * self.heartbeat + SUPERVISION_PERIOD
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * pct // 100))
-    return ordered[int(rank) - 1]
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:

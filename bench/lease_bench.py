@@ -39,6 +39,7 @@ from typing import Any
 from celery import shared_task
 
 from bench.databases import fresh_database, recreate
+from bench.measure import append_stamp, percentile
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,26 +52,18 @@ except ImportError:
     Singleton = None
 
 
-def _stamp(log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, f"{time.time():.6f}\n".encode())
-    finally:
-        os.close(fd)
-
-
 # --- the functions the bench's worker runs (it imports this module through JOBS_MODULES) -----
 
 
 @job("bench.noop")
 def guarded_noop(ctx: Any, log: str) -> None:
     """A guarded no-op: everything a run costs, nothing of its own."""
-    _stamp(log)
+    append_stamp(log)
 
 
 @shared_task(name="bench.plain_noop")
 def plain_noop(log: str, n: int) -> None:
-    _stamp(log)
+    append_stamp(log)
 
 
 # The floor of any run that is recorded in the database: its start and its outcome are each
@@ -85,7 +78,7 @@ def floor_noop(log: str, n: int) -> None:
 
     with statement_cursor() as cursor:
         cursor.execute(_FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
-        _stamp(log)
+        append_stamp(log)
         cursor.execute(_FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
 
 
@@ -93,17 +86,10 @@ if Singleton is not None:
 
     @shared_task(base=Singleton, name="bench.singleton_noop")
     def singleton_noop(log: str, n: int) -> None:
-        _stamp(log)
+        append_stamp(log)
 
 
 # --- measuring --------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * pct // 100))
-    return ordered[int(rank) - 1]
 
 
 def _timed(samples: int, once: Callable[[], object]) -> list[float]:

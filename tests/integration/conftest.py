@@ -1,17 +1,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tests.jobs_under_test  # noqa: F401  (registers the job functions)
+from jobs import dispatch
 from jobs.models import Job
 from jobs.schedules import Every, Schedule
 from jobs.services import JobDefinition, create_job
 
 HOURLY = Every(3600)
+
+# (run id, eta) of each message the runner would have published.
+Published = list[tuple[int, datetime | None]]
 
 
 @pytest.fixture
@@ -31,3 +36,15 @@ def make_job(tmp_path: Path) -> Callable[..., Job]:
         return create_job(definition)
 
     return make
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> Published:
+    """Messages the runner would send (retries, hand-backs), captured instead of sent."""
+    sent: Published = []
+
+    def publish(job: Job, run_id: int, scheduled_for: datetime, *_: Any, **options: Any) -> None:
+        sent.append((run_id, options.get("eta")))
+
+    monkeypatch.setattr(dispatch, "publish", publish)
+    return sent

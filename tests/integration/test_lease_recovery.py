@@ -12,25 +12,13 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import dispatch, lease, records
+from jobs import lease, records
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.recovery import recover_lost_runs
 from jobs.runner import execute_run
+from tests.integration.conftest import Published
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-Published = list[tuple[int, datetime | None]]
-
-
-@pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> Published:
-    sent: Published = []
-
-    def publish(job: Job, run_id: int, scheduled_for: datetime, *_: Any, **options: Any) -> None:
-        sent.append((run_id, options.get("eta")))
-
-    monkeypatch.setattr(dispatch, "publish", publish)
-    return sent
 
 
 def _running(job: Job, holder: str = "node-x:1:run") -> JobRun:

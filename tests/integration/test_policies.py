@@ -6,33 +6,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import dispatch, lease, records
+from jobs import lease, records
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from jobs.runner import execute_run
+from tests.integration.conftest import Published
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-Published = list[tuple[int, datetime | None]]
-
-
-@pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> Published:
-    """Messages the runner would send (retries), captured instead of sent."""
-    sent: Published = []
-
-    def publish(job: Job, run_id: int, scheduled_for: datetime, *_: Any, **options: Any) -> None:
-        sent.append((run_id, options.get("eta")))
-
-    monkeypatch.setattr(dispatch, "publish", publish)
-    return sent
 
 
 def _run_for(job: Job, ago: float = 0.0) -> JobRun:
