@@ -455,3 +455,21 @@ class ScheduleChange(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id}: job {self.job_id}"
+
+
+class ScheduleError(models.Model):
+    """Why a beat cannot schedule a job (a schedule row no slot can be computed from).
+
+    Written by the beats, one row per broken job, and deleted as soon as a beat reads the job
+    again and can schedule it; the admin, CLI, API, ``/healthz`` and ``/metrics`` show it.
+    """
+
+    job = models.OneToOneField(
+        Job, primary_key=True, on_delete=models.CASCADE, related_name="schedule_error"
+    )
+    error = models.TextField()
+    detected_at = models.DateTimeField(db_default=Now(), help_text="Database clock.")
+    beat = models.CharField(max_length=255, blank=True, db_default="", help_text="Who saw it.")
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.error}"
