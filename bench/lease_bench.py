@@ -172,7 +172,7 @@ class Throughput:
             JOBS_MODULES="bench.lease_bench",
             # Production settings for the worker: debug mode records every query it makes.
             DJANGO_DEBUG="0",
-            DJANGO_SECRET_KEY="lease-bench-only-" + uuid.uuid4().hex,
+            DJANGO_SECRET_KEY="lease-bench-only-" + uuid.uuid4().hex + uuid.uuid4().hex,
             DJANGO_ALLOWED_HOSTS="localhost",
             DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "project.settings"),
             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),

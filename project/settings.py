@@ -15,8 +15,9 @@ env = Env()
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 
-# A missing secret in production is an error; in debug mode a fixed, obviously-dev key is fine
-# because sessions signed with it are worthless outside this machine.
+# A missing or short secret in production is an error; in debug mode a fixed, obviously-dev key
+# is fine because sessions signed with it are worthless outside this machine.
+_MIN_SECRET_KEY_LENGTH = 50
 _secret = env.str("DJANGO_SECRET_KEY")
 if _secret is None:
     if not DEBUG:
@@ -25,6 +26,14 @@ if _secret is None:
             "(or set DJANGO_DEBUG=1 for local development)."
         )
     _secret = "dev-only-insecure-key-never-use-in-production-0123456789abcdef"
+elif not DEBUG and len(_secret) < _MIN_SECRET_KEY_LENGTH:
+    # A short key can be guessed offline from one signed cookie, and then every session,
+    # password-reset link and signed value can be forged. Django's own deploy check wants 50.
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY is too short ({len(_secret)} characters): production needs at "
+        f"least {_MIN_SECRET_KEY_LENGTH}, e.g. "
+        '`python -c "import secrets; print(secrets.token_urlsafe(50))"`.'
+    )
 SECRET_KEY = _secret
 
 ALLOWED_HOSTS = env.list(
@@ -163,9 +172,13 @@ JOBS_BEAT_TEST_CLOCK_OFFSET = env.float("JOBS_BEAT_TEST_CLOCK_OFFSET", default=0
 JOBS_NODE_HEARTBEAT = env.float("JOBS_NODE_HEARTBEAT", default=5.0, minimum=0.5)
 
 # --- Production hardening (checked by `manage.py check --deploy`) --------------------------
+# X-Forwarded-Proto decides whether Django treats a request as HTTPS (secure cookies, the
+# redirect, CSRF's origin check). Any client can send that header, so it is believed only when
+# the operator says a proxy in front sets it (and strips a client's own).
+if env.bool("DJANGO_BEHIND_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 if not DEBUG:
     SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=31536000, minimum=0)

@@ -395,6 +395,31 @@ def test_web_publishes_its_port() -> None:
     assert bind.rsplit(":", 1)[-1] in published
 
 
+def published_host_addresses(service: dict[str, Any], given: dict[str, str]) -> list[str]:
+    """The host address of each published port, ``HOST_IP:HOST_PORT:CONTAINER_PORT``; a port
+    given without one is published on every interface."""
+    addresses = []
+    for port in service.get("ports", []):
+        parts = resolve(str(port), given).split(":")
+        addresses.append(parts[0] if len(parts) == 3 else "0.0.0.0")
+    return addresses
+
+
+@pytest.mark.parametrize(("name", "variable"), [("web", "WEB_BIND"), ("flower", "FLOWER_BIND")])
+def test_ports_are_published_on_loopback_unless_told_otherwise(name: str, variable: str) -> None:
+    service = services()[name]
+    assert service.get("ports"), f"{name} publishes no port"
+    assert set(published_host_addresses(service, {})) == {"127.0.0.1"}
+    opened = published_host_addresses(service, {variable: "0.0.0.0"})
+    assert set(opened) == {"0.0.0.0"}, f"{variable} does not choose {name}'s address"
+
+
+def test_the_forwarded_proto_header_is_not_trusted_by_default() -> None:
+    for name, svc in app_services().items():
+        value = resolve(environment(svc).get("DJANGO_BEHIND_PROXY", "0"))
+        assert value.strip().lower() in FALSY, f"{name}: DJANGO_BEHIND_PROXY is on by default"
+
+
 # --- the commands point at code that exists (and is in the image) ---------------------------
 def referenced_paths() -> set[str]:
     """Repository files the compose commands need, e.g. project/celery.py, manage.py."""
@@ -541,6 +566,9 @@ def test_dockerfile_collects_static_files_with_throwaway_settings() -> None:
     for name in required_settings_variables():
         assert f"{name}=" in collect[0], f"collectstatic needs {name} at import"
         assert name not in persisted, f"{name} must not be baked into the image"
+    # Production settings refuse a secret key shorter than 50 characters.
+    key = re.search(r"DJANGO_SECRET_KEY=(\S+)", collect[0])
+    assert key is not None and len(key.group(1)) >= 50, "the build's throw-away key is too short"
 
 
 def test_dockerignore_keeps_local_state_out() -> None:

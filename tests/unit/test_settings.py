@@ -70,3 +70,64 @@ def test_missing_database_url_is_named() -> None:
     result = _manage(env, "check")
     assert result.returncode == 2
     assert "DATABASE_URL is not set" in result.stderr
+
+
+def _production(**overrides: str) -> dict[str, str]:
+    return {
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "DJANGO_ALLOWED_HOSTS": "jobs.example.com",
+        **overrides,
+    }
+
+
+def _setting(env: dict[str, str], expression: str) -> str:
+    """The value of ``expression`` (over ``settings``) in a process with ``env``."""
+    result = _manage(
+        env,
+        "shell",
+        "-c",
+        f"from django.conf import settings; print(repr({expression}))",
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]  # after the shell's own banner, if any
+
+
+def test_a_short_secret_in_production_is_one_line_naming_the_variable() -> None:
+    short = "x" * 49
+    result = _manage(_production(DJANGO_SECRET_KEY=short), "check")
+
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "configuration error: DJANGO_SECRET_KEY is too short (49 characters): production needs "
+        "at least 50"
+    ), lines
+    assert short not in result.stderr  # the error never echoes the key
+
+
+def test_a_secret_of_50_characters_is_accepted_and_debug_allows_a_short_one() -> None:
+    assert _manage(_production(DJANGO_SECRET_KEY="k" * 50), "check").returncode == 0
+    debug = _manage({"DJANGO_DEBUG": "1", "DJANGO_SECRET_KEY": "short"}, "check")
+    assert debug.returncode == 0, debug.stderr
+
+
+def test_forwarded_proto_is_trusted_only_behind_a_declared_proxy() -> None:
+    assert _setting(_production(), "settings.SECURE_PROXY_SSL_HEADER") == "None"
+    behind = _production(DJANGO_BEHIND_PROXY="1")
+    assert _setting(behind, "settings.SECURE_PROXY_SSL_HEADER") == (
+        "('HTTP_X_FORWARDED_PROTO', 'https')"
+    )
+    bad = _manage(_production(DJANGO_BEHIND_PROXY="maybe"), "check")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "configuration error: DJANGO_BEHIND_PROXY='maybe' is not a boolean: use one of 1/0, "
+        "true/false."
+    ]
+
+
+def test_check_deploy_is_clean_behind_a_proxy() -> None:
+    result = _manage(
+        _production(DJANGO_BEHIND_PROXY="1"), "check", "--deploy", "--fail-level", "WARNING"
+    )
+    assert result.returncode == 0, result.stderr
