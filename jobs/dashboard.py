@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.decorators import permission_required
 from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F
 from django.db.models.functions import Now, TruncMinute
@@ -259,6 +260,9 @@ def continuous_rows() -> list[dict[str, Any]]:
     ]
 
 
+# Behind the admin's staff login (project/urls.py); being staff is not enough: the page shows
+# every job's runs, errors and nodes, what the job list shows only with this permission.
+@permission_required("jobs.view_job", raise_exception=True)
 def dashboard_view(request: HttpRequest) -> HttpResponse:
     try:
         hours = int(request.GET.get("hours", DEFAULT_HOURS))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
@@ -49,6 +50,29 @@ def test_the_dashboard_needs_a_staff_login(client: Client) -> None:
     response = client.get(URL)
 
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def _staff(*permissions: str) -> Client:
+    user = User.objects.create_user("operator", password="x", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=permissions))
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+def test_staff_without_the_job_view_permission_is_refused() -> None:
+    browser = _staff("view_node")
+
+    assert browser.get(URL).status_code == 403
+    index = browser.get(reverse("admin:index")).content.decode()
+    assert f'href="{URL}"' not in index
+
+
+def test_the_job_view_permission_opens_the_dashboard() -> None:
+    browser = _staff("view_job")
+
+    assert browser.get(URL).status_code == 200
+    assert f'href="{URL}"' in browser.get(reverse("admin:index")).content.decode()
 
 
 def test_the_chart_stacks_runs_per_minute_by_status(
