@@ -5,6 +5,10 @@
 - ``/healthz``: the cluster works: database, broker, at least one live beat and one live node,
   with details as JSON. 200 when all hold, else 503.
 
+``/readyz`` and ``/healthz`` answer everyone their status (``{"status": "ok"}`` or
+``"failing"``, and the code); the checks' details only a client ``jobs.access`` lets see the
+internals.
+
 Beats have no table of their own in Celery, so each records a heartbeat row (``BeatHeartbeat``)
 at most every ``JOBS_BEAT_HEARTBEAT_INTERVAL`` from its tick (``timed_beat_tick``), with the tick
 count and time spent ticking for ``/metrics``. Ages are judged by the database clock.
@@ -12,6 +16,7 @@ count and time spent ticking for ``/metrics``. Ages are judged by the database c
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -29,6 +34,7 @@ from django.db.models.functions import Now
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
+from jobs import access
 from jobs.conf import get_ops_conf
 from jobs.models import BeatHeartbeat, Node
 from jobs.nodes import Liveness, with_liveness
@@ -228,14 +234,37 @@ def _report(checks: dict[str, Callable[[], Check]]) -> JsonResponse:
     return response
 
 
+def _details_for_insiders(
+    probe: Callable[[HttpRequest], JsonResponse],
+) -> Callable[[HttpRequest], JsonResponse]:
+    """Answers ``probe``'s status to everyone, its details only to those who may see them."""
+
+    @wraps(probe)
+    def answer(request: HttpRequest) -> JsonResponse:
+        response = probe(request)
+        try:
+            if access.sees_internals(request):
+                return response
+        except DatabaseError:
+            connection.close()  # credentials cannot be checked now: the status is still due
+        status = json.loads(response.content)["status"]
+        status_only = JsonResponse({"status": status}, status=response.status_code)
+        status_only["Cache-Control"] = "no-store"
+        return status_only
+
+    return answer
+
+
 def livez(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+@_details_for_insiders
 def readyz(request: HttpRequest) -> JsonResponse:
     return _report({"database": check_database, "broker": check_broker})
 
 
+@_details_for_insiders
 def healthz(request: HttpRequest) -> JsonResponse:
     return _report(
         {

@@ -7,8 +7,9 @@ return the same numbers). Finished runs are folded into ``RunRollup`` (``jobs.ru
 a scrape reads totals plus what finished since the last one, not every run; counters stay
 monotonic across retention, which deletes folded runs only.
 
-Access: ``Authorization: Bearer <API token>`` (``manage.py apitoken create prometheus``), or a
-client address in ``JOBS_METRICS_ALLOW_FROM`` (addresses or CIDR networks).
+Access: ``Authorization: Bearer <API token>`` (``manage.py apitoken create prometheus``), a
+client address in ``JOBS_METRICS_ALLOW_FROM`` (addresses or CIDR networks), or a staff session
+that may view jobs: ``jobs.access``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import logging
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from ipaddress import ip_address
 
 from django.db import DatabaseError
 from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Q
@@ -32,7 +32,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from jobs import runstats, tokens
+from jobs import access, runstats
 from jobs.conf import get_ops_conf
 from jobs.models import TERMINAL_STATUSES, BeatHeartbeat, Job, Lease, Node, NodeState, RunStatus
 from jobs.nodes import Liveness, with_liveness
@@ -208,21 +208,9 @@ REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(JobsCollector())
 
 
-def allowed(request: HttpRequest) -> bool:
-    """A valid API token, or a client address in ``JOBS_METRICS_ALLOW_FROM``."""
-    secret = tokens.bearer_secret(request)
-    if secret is not None:
-        return tokens.authenticate(secret) is not None
-    try:
-        client = ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
-        return False
-    return any(client in network for network in get_ops_conf().metrics_allow_from)
-
-
 def metrics_view(request: HttpRequest) -> HttpResponse:
     try:
-        if not allowed(request):
+        if not access.sees_internals(request):
             response = HttpResponse(
                 "metrics need an API token (Authorization: Bearer) or an allowed address\n",
                 status=401,

@@ -3,8 +3,8 @@ and ``/metrics``.
 
 It sits at the top of ``MIDDLEWARE`` so that a load balancer, a compose healthcheck or
 Prometheus can reach these by IP or container name: host validation (``ALLOWED_HOSTS``) and the
-HTTPS redirect would otherwise answer them with 400 or 301. Nothing here reads the Host header,
-and ``/metrics`` has its own access check (``jobs.metrics.allowed``).
+HTTPS redirect would otherwise answer them with 400 or 301. Nothing here reads the Host header.
+``/metrics`` and the probes' details are for those ``jobs.access`` lets see the internals.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 import tests.jobs_under_test  # noqa: F401  (registers the job functions)
-from jobs import dispatch
+from jobs import dispatch, tokens
 from jobs.models import Job
 from jobs.schedules import Every, Schedule
 from jobs.services import JobDefinition, create_job
@@ -48,3 +49,11 @@ def published(monkeypatch: pytest.MonkeyPatch) -> Published:
 
     monkeypatch.setattr(dispatch, "publish", publish)
     return sent
+
+
+@pytest.fixture
+def insider(db: None) -> Client:
+    """A client that may see the cluster's internals (``jobs.access``): it sends an API token,
+    so the probes answer it their details."""
+    secret = tokens.create("insider")[1]
+    return Client(headers={"authorization": f"Bearer {secret}"})

@@ -1,5 +1,5 @@
 """The probes on real PostgreSQL and Redis: /livez, /readyz and /healthz, their answers before
-host validation, and the beat heartbeat they read."""
+host validation, who sees their details, and the beat heartbeat they read."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.db import DatabaseError
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from jobs import health
+from jobs import health, tokens
+from jobs.conf import get_ops_conf
 from jobs.models import BeatHeartbeat, Node, NodeState
 
 pytestmark = pytest.mark.django_db
@@ -37,8 +39,8 @@ def test_livez_needs_nothing(client: Client) -> None:
     assert response.json() == {"status": "ok"}
 
 
-def test_readyz_checks_database_and_broker(client: Client) -> None:
-    response = client.get("/readyz")
+def test_readyz_checks_database_and_broker(insider: Client) -> None:
+    response = insider.get("/readyz")
 
     assert response.status_code == 200, response.json()
     checks = response.json()["checks"]
@@ -46,8 +48,8 @@ def test_readyz_checks_database_and_broker(client: Client) -> None:
     assert checks["broker"]["transport"] == "redis"
 
 
-def test_healthz_is_503_without_a_beat_or_node(client: Client) -> None:
-    response = client.get("/healthz")
+def test_healthz_is_503_without_a_beat_or_node(insider: Client) -> None:
+    response = insider.get("/healthz")
 
     assert response.status_code == 503
     body = response.json()
@@ -57,13 +59,13 @@ def test_healthz_is_503_without_a_beat_or_node(client: Client) -> None:
     assert body["checks"]["nodes"]["ok"] is False
 
 
-def test_healthz_is_200_with_a_live_beat_and_node(client: Client) -> None:
+def test_healthz_is_200_with_a_live_beat_and_node(insider: Client) -> None:
     recorder = _beat()
     _node("w1@h")
     _node("w2@h", age=timedelta(minutes=10))  # stale: not counted
     _node("w3@h", state=NodeState.STOPPED)
 
-    response = client.get("/healthz")
+    response = insider.get("/healthz")
 
     assert response.status_code == 200, response.json()
     checks = response.json()["checks"]
@@ -72,14 +74,14 @@ def test_healthz_is_200_with_a_live_beat_and_node(client: Client) -> None:
     assert checks["nodes"]["live"] == 1
 
 
-def test_a_beat_that_stopped_heartbeating_goes_stale(client: Client) -> None:
+def test_a_beat_that_stopped_heartbeating_goes_stale(insider: Client) -> None:
     recorder = _beat()
     _node("w1@h")
     BeatHeartbeat.objects.filter(name=recorder.name).update(
         last_seen=timezone.now() - timedelta(minutes=5)
     )
 
-    response = client.get("/healthz")
+    response = insider.get("/healthz")
 
     assert response.status_code == 503
     assert response.json()["checks"]["beats"]["live"] == 0
@@ -100,12 +102,12 @@ def test_probes_refuse_writes(client: Client) -> None:
 
 
 def test_an_unreachable_broker_fails_readiness_without_leaking_its_url(
-    client: Client, monkeypatch: pytest.MonkeyPatch
+    insider: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Celery reads the variable on every connection, ahead of its settings.
     monkeypatch.setenv("CELERY_BROKER_URL", "redis://:secret-password@127.0.0.1:1/0")
 
-    response = client.get("/readyz")
+    response = insider.get("/readyz")
 
     assert response.status_code == 503
     broker = response.json()["checks"]["broker"]
@@ -114,19 +116,110 @@ def test_an_unreachable_broker_fails_readiness_without_leaking_its_url(
 
 
 def test_a_database_failure_is_reported_not_raised(
-    client: Client, monkeypatch: pytest.MonkeyPatch
+    insider: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken() -> dict[str, Any]:
         raise DatabaseError("connection refused")
 
     monkeypatch.setattr(health, "check_database", broken)
-    response = client.get("/healthz")
+    response = insider.get("/healthz")
 
     assert response.status_code == 503
     checks = response.json()["checks"]
     assert checks["database"] == {**checks["database"], "ok": False}
     assert "connection refused" in checks["database"]["error"]
     assert checks["beats"]["error"] == "the database is unreachable"
+
+
+# --- who sees the details --------------------------------------------------------------------
+
+
+def _healthy_cluster() -> None:
+    _beat()
+    _node("w1@h")
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_anyone_gets_the_status_only(client: Client, path: str) -> None:
+    _healthy_cluster()
+
+    response = client.get(path)
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+    assert response["Cache-Control"] == "no-store"
+
+
+def test_a_failing_cluster_tells_anyone_only_that_it_fails(client: Client) -> None:
+    _node("w1@h")  # no beat
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json() == {"status": "failing"}
+    assert b"w1@h" not in response.content
+
+
+def _sees_details(client: Client, **extra: Any) -> bool:
+    body = client.get("/healthz", **extra).json()
+    assert body["status"] == "ok"
+    return "checks" in body
+
+
+def test_api_tokens_see_the_details_read_only_ones_too(client: Client) -> None:
+    _healthy_cluster()
+    full = tokens.create("ops")[1]
+    read_only = tokens.create("scraper", read_only=True)[1]
+
+    assert _sees_details(client, headers={"authorization": f"Bearer {full}"})
+    assert _sees_details(client, headers={"authorization": f"Bearer {read_only}"})
+    # An unknown token is not refused (a probe always answers), it only sees the status.
+    assert not _sees_details(client, headers={"authorization": "Bearer cj_unknown"})
+
+
+def test_an_allowed_address_sees_the_details(client: Client) -> None:
+    _healthy_cluster()
+    with override_settings(JOBS_METRICS_ALLOW_FROM=["10.0.0.0/8"]):
+        get_ops_conf.cache_clear()
+        try:
+            inside = _sees_details(client, REMOTE_ADDR="10.1.2.3")
+            outside = _sees_details(client, REMOTE_ADDR="192.0.2.7")
+        finally:
+            get_ops_conf.cache_clear()
+    assert inside and not outside
+
+
+def _session(*permissions: str, superuser: bool = False) -> Client:
+    user = User.objects.create_user("ops", password="x", is_staff=True, is_superuser=superuser)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=permissions))
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+def test_a_staff_session_needs_the_job_view_permission() -> None:
+    _healthy_cluster()
+
+    assert not _sees_details(_session("view_node"))
+    User.objects.all().delete()
+    assert _sees_details(_session("view_job"))
+    User.objects.all().delete()
+    assert _sees_details(_session(superuser=True))
+
+
+def test_the_status_is_answered_when_credentials_cannot_be_checked(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _healthy_cluster()
+
+    def unreachable(secret: str) -> None:
+        raise DatabaseError("connection refused")
+
+    monkeypatch.setattr(tokens, "authenticate", unreachable)
+    response = client.get("/healthz", headers={"authorization": "Bearer cj_x"})
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
 
 
 # --- the heartbeat recorder ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
@@ -68,6 +69,15 @@ def test_metrics_need_a_token_or_an_allowed_address(client: Client) -> None:
             get_ops_conf.cache_clear()
     assert allowed.status_code == 200
     assert elsewhere.status_code == 401
+
+
+def test_a_staff_session_that_may_view_jobs_may_scrape(client: Client) -> None:
+    user = User.objects.create_user("ops", password="x", is_staff=True)
+    client.force_login(user)
+    assert client.get("/metrics").status_code == 401
+
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    assert client.get("/metrics").status_code == 200
 
 
 def test_runs_by_job_and_status_and_histograms(
