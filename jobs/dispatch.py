@@ -52,7 +52,7 @@ def publish(
         options["priority"] = job.priority
     # The soft limit is the runner's (jobs.keeper sets ctx.stopping and the run records it),
     # not Celery's, which would raise inside the job (or inside the fenced finish). The hard
-    # limit is Celery's: the pool kills the process, and the run is recorded lost.
+    # limit is Celery's: the pool kills the process, and jobs.hard_limit records the run failed.
     if job.time_limit is not None:
         options["time_limit"] = job.time_limit
     if producer is not None:

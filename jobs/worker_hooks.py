@@ -7,7 +7,10 @@ the worker's main process only (never in pool processes, beats or web processes)
 - ``worker_shutting_down`` (the SIGTERM/SIGINT/SIGQUIT handler): ask the supervisor to stop.
   It only sets events, so the handoff starts at once while Celery waits for running tasks;
 - ``worker_shutdown`` and interpreter exit: wait (bounded) for the continuous jobs to hand back
-  their leases and the node to be marked stopped.
+  their leases and the node to be marked stopped;
+- ``task_failure`` with Celery's ``TimeLimitExceeded`` (sent by the main process when the pool
+  kills a run at its hard time limit): record the run failed and release its lease
+  (``jobs.hard_limit``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import celery
 from celery import signals
 
-from jobs import shutdown_notice
+from jobs import hard_limit, shutdown_notice
 from jobs.conf import get_conf
 from jobs.nodes import NodeHeartbeat, NodeInfo
 from jobs.supervisor import SHUTDOWN_GRACE, Supervisor
@@ -54,6 +57,9 @@ def connect_worker_signals() -> None:
         _on_shutting_down, weak=False, dispatch_uid="jobs.node.shutting_down"
     )
     signals.worker_shutdown.connect(_on_shutdown, weak=False, dispatch_uid="jobs.node.shutdown")
+    signals.task_failure.connect(
+        hard_limit.on_task_failure, weak=False, dispatch_uid="jobs.hard_limit"
+    )
 
 
 def _on_worker_ready(sender: Any = None, **_kwargs: Any) -> None:
