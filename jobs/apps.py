@@ -29,6 +29,9 @@ class JobsConfig(AppConfig):
                     f"JOBS_MODULES names {module!r}, which cannot be imported: {exc}"
                 ) from exc
         from jobs import checks  # noqa: F401  (registers system checks)
+        from jobs.beat_link import read_time_zones_leniently
+
+        read_time_zones_leniently()
 
         post_migrate.connect(_sync_after_migrate, sender=self)
         # A worker's node heartbeat and continuous-job supervisor (its main process only).

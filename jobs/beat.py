@@ -42,10 +42,10 @@ from django_celery_beat.models import (
     PeriodicTask,
 )
 
-from jobs import beat_link, catchup, changelog, records, slots
+from jobs import beat_link, catchup, changelog, records, schedule_errors, slots
 from jobs.conf import get_conf
 from jobs.dispatch import publish_many
-from jobs.health import timed_beat_tick  # issue 6
+from jobs.health import beat_recorder, timed_beat_tick
 from jobs.maintenance import MaintenanceLoop
 from jobs.models import Job
 from jobs.schedules import At, Schedule
@@ -75,8 +75,8 @@ _KEPT = {
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
 SELECT {", ".join("j." + column for column in _JOB_COLUMNS)},
-       t.start_time, t.interval_id, t.crontab_id, t.clocked_id
-  FROM jobs_job AS j JOIN django_celery_beat_periodictask AS t ON t.id = j.periodic_task_id
+       t.id, t.start_time, t.interval_id, t.crontab_id, t.clocked_id
+  FROM jobs_job AS j LEFT JOIN django_celery_beat_periodictask AS t ON t.id = j.periodic_task_id
  WHERE j.kind = 'periodic' AND j.enabled
 """
 _ID, _NAME, _START_DEADLINE, _CATCH_UP, _UPDATED_AT = (
@@ -138,6 +138,8 @@ class ClusterScheduler(Scheduler):
         self._position = 0  # the newest schedule change applied
         self._last_read = 0.0  # monotonic time of the last change-log read
         self._started = False
+        self._set_aside: dict[int, str] = {}  # job id -> why no slot can be computed
+        self._errors_to_write: dict[int, str] = {}
         self._maintenance = (
             MaintenanceLoop(conf.maintenance_interval, conf.republish_after) if maintain else None
         )
@@ -150,8 +152,10 @@ class ClusterScheduler(Scheduler):
         except DatabaseError:
             log.exception("beat could not load jobs; will retry", extra={"action": "beat_load"})
             connection.close()
+        except Exception:
+            log.exception("beat could not load jobs; will retry", extra={"action": "beat_load"})
 
-    @timed_beat_tick  # issue 6: beat heartbeat + tick cost for /healthz and /metrics
+    @timed_beat_tick  # the beat's heartbeat and tick cost, for /healthz and /metrics
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if self._maintenance is not None and not self._maintenance.started:
             self._maintenance.start(self.app)
@@ -160,6 +164,11 @@ class ClusterScheduler(Scheduler):
         except DatabaseError:
             log.exception("beat tick failed; will retry", extra={"action": "beat_tick_error"})
             connection.close()
+            return ERROR_BACKOFF_SECONDS
+        except Exception:
+            # One job's row is set aside where it is read (``_set_aside``); anything else that
+            # escapes is a bug, and a beat that exits on it would stop every job's schedule.
+            log.exception("beat tick failed; will retry", extra={"action": "beat_tick_bug"})
             return ERROR_BACKOFF_SECONDS
 
     def sync(self) -> None:
@@ -194,7 +203,7 @@ class ClusterScheduler(Scheduler):
                 behind.append((entry, when))
                 continue
             fire.append((entry, when))
-            self._schedule(entry, slots.next_slot(entry.schedule, when))
+            self._schedule_after(entry, when)
         try:
             missed: list[tuple[int, datetime, str]] = []
             if behind:
@@ -205,12 +214,13 @@ class ClusterScheduler(Scheduler):
                     if reference - when <= timedelta(seconds=entry.start_deadline):
                         # Late only by this beat's clock, which runs ahead: fire as usual.
                         fire.append((entry, when))
-                        self._schedule(entry, slots.next_slot(entry.schedule, when))
+                        self._schedule_after(entry, when)
                         continue
                     decided = self._catch_up(entry, when - _TINY, reference, catchup.FELL_BEHIND)
                     fire.extend(decided[0])
                     missed.extend(decided[1])
             self._record(fire, missed)
+            self._write_errors()
         except DatabaseError:
             # Nothing of this tick may be lost: the next tick starts again from these slots
             # (re-inserting what did get in is a no-op).
@@ -237,18 +247,55 @@ class ClusterScheduler(Scheduler):
         if due is not None:
             heapq.heappush(self._heap, (due, entry.job_id, entry.generation))
 
+    def _schedule_after(self, entry: _Entry, slot: datetime) -> None:
+        try:
+            following = slots.next_slot(entry.schedule, slot)
+        except Exception as exc:
+            self._put_aside(entry.job_id, str(entry.columns[_NAME]), exc)
+            return
+        self._schedule(entry, following)
+
+    # --- jobs that cannot be scheduled --------------------------------------------------------
+    def _put_aside(self, job_id: int, name: str, exc: Exception) -> None:
+        """Stop scheduling one job whose slots cannot be computed, and say why. The others keep
+        their slots; the job is read again at its next edit (the change log names it)."""
+        error = schedule_errors.describe(exc)
+        log.error(
+            "job %s cannot be scheduled, set aside until it is edited: %s",
+            name,
+            error,
+            exc_info=not isinstance(exc, ValueError | OverflowError),
+            extra={"action": "schedule_error", "job": name},
+        )
+        self._entries.pop(job_id, None)
+        self._set_aside[job_id] = error
+        self._errors_to_write[job_id] = error
+
+    def _write_errors(self) -> None:
+        errors, self._errors_to_write = self._errors_to_write, {}
+        try:
+            schedule_errors.record(errors, beat_recorder().name)
+        except DatabaseError:
+            self._errors_to_write = {**errors, **self._errors_to_write}
+            raise
+
     def _catch_up(
         self, entry: _Entry, after: datetime, reference: datetime, why: str
     ) -> tuple[list[tuple[_Entry, datetime]], list[tuple[int, datetime, str]]]:
-        decided = catchup.plan(
-            entry.schedule,
-            after=after,
-            now=reference,
-            policy=str(entry.columns[_CATCH_UP]),
-            start_deadline=entry.start_deadline,
-            why=why,
-        )
-        self._schedule(entry, slots.next_slot(entry.schedule, decided.handled_until))
+        try:
+            decided = catchup.plan(
+                entry.schedule,
+                after=after,
+                now=reference,
+                policy=str(entry.columns[_CATCH_UP]),
+                start_deadline=entry.start_deadline,
+                why=why,
+            )
+            following = slots.next_slot(entry.schedule, decided.handled_until)
+        except Exception as exc:
+            self._put_aside(entry.job_id, str(entry.columns[_NAME]), exc)
+            return [], []
+        self._schedule(entry, following)
         fire = [(entry, decided.run)] if decided.run is not None else []
         return fire, [(entry.job_id, slot, reason) for slot, reason in decided.missed]
 
@@ -302,7 +349,7 @@ class ClusterScheduler(Scheduler):
         # The database clock is the cluster's shared reference: a beat whose clock is ahead
         # must not take slots that have not come yet for missed ones.
         reference = min(now, database_now)
-        self._entries, self._heap = {}, []
+        self._entries, self._heap, self._set_aside = {}, [], {}
         fire: list[tuple[_Entry, datetime]] = []
         missed: list[tuple[int, datetime, str]] = []
         for row, schedule in self._with_schedules(rows):
@@ -323,6 +370,8 @@ class ClusterScheduler(Scheduler):
             missed.extend(decided[1])
         log.info("beat loaded %d job(s)", len(self._entries), extra={"action": "beat_loaded"})
         self._record(fire, missed)  # if this fails, the next tick starts over
+        schedule_errors.clear_all_but(self._set_aside)
+        self._write_errors()
         self._position = position
         self._last_read = time.monotonic()
         self._started = True
@@ -350,16 +399,32 @@ class ClusterScheduler(Scheduler):
         """Read ``job_ids`` (``None``: every job) again; keep the next slot of a job whose
         schedule did not change."""
         rows = self._read_jobs(job_ids)
+        if job_ids is None:
+            self._set_aside = {}
+        else:
+            for job_id in job_ids:
+                self._set_aside.pop(job_id, None)
         seen = set()
         for row, schedule in self._with_schedules(rows):
-            seen.add(row[_ID])
             current = self._entries.get(row[_ID])
             if current is not None and current.schedule == schedule:
                 current.columns, current._job = row, None
+                seen.add(row[_ID])
                 continue
+            try:
+                due = _first_due(schedule, row[_UPDATED_AT], now)
+            except Exception as exc:
+                self._put_aside(row[_ID], row[_NAME], exc)
+                continue
+            seen.add(row[_ID])
             entry = _Entry(row, schedule, None, next(self._generations))
             self._entries[entry.job_id] = entry
-            self._schedule(entry, _first_due(schedule, row[_UPDATED_AT], now))
+            self._schedule(entry, due)
+        if job_ids is None:
+            schedule_errors.clear_all_but(self._set_aside)
+        else:
+            schedule_errors.clear(set(job_ids) - set(self._set_aside))
+        self._write_errors()
         gone = (set(self._entries) if job_ids is None else set(job_ids)) - seen
         for job_id in gone:
             self._entries.pop(job_id, None)
@@ -385,35 +450,50 @@ class ClusterScheduler(Scheduler):
         self, rows: Sequence[tuple[Any, ...]]
     ) -> Iterable[tuple[tuple[Any, ...], Schedule]]:
         """Each row's job columns with its schedule, decoded by ``beat_link`` once per distinct
-        schedule (thousands of jobs usually share a handful of interval and crontab rows)."""
-        intervals = IntervalSchedule.objects.in_bulk({r[_JOB_WIDTH + 1] for r in rows} - {None})
-        crontabs = CrontabSchedule.objects.in_bulk({r[_JOB_WIDTH + 2] for r in rows} - {None})
-        clocked = ClockedSchedule.objects.in_bulk({r[_JOB_WIDTH + 3] for r in rows} - {None})
-        decoded: dict[tuple[Any, ...], Schedule | None] = {}
+        schedule (thousands of jobs usually share a handful of interval and crontab rows). A
+        row whose schedule cannot be decoded is set aside with the reason."""
+        intervals = IntervalSchedule.objects.in_bulk({r[_JOB_WIDTH + 2] for r in rows} - {None})
+        crontabs = CrontabSchedule.objects.in_bulk({r[_JOB_WIDTH + 3] for r in rows} - {None})
+        clocked = ClockedSchedule.objects.in_bulk({r[_JOB_WIDTH + 4] for r in rows} - {None})
+        decoded: dict[tuple[Any, ...], Schedule | Exception] = {}
         for row in rows:
-            key = row[_JOB_WIDTH:]
+            key = (row[_JOB_WIDTH] is not None, *row[_JOB_WIDTH + 1 :])  # not the entry's id
             if key not in decoded:
-                start_time, interval_id, crontab_id, clocked_id = key
-                entry = PeriodicTask(
-                    name=beat_link.beat_entry_name(row[_NAME]),
-                    start_time=start_time,
-                    interval=intervals.get(interval_id),
-                    crontab=crontabs.get(crontab_id),
-                    clocked=clocked.get(clocked_id),
-                )
-                try:
-                    decoded[key] = beat_link.schedule_of(entry)
-                except ValueError:
-                    log.exception(
-                        "job has a malformed schedule; skipping it", extra={"job": row[_NAME]}
-                    )
-                    decoded[key] = None
+                decoded[key] = _decode(row[_NAME], key, intervals, crontabs, clocked)
             schedule = decoded[key]
-            if schedule is not None:
+            if isinstance(schedule, Exception):
+                self._put_aside(row[_ID], row[_NAME], schedule)
+            else:
                 yield row[:_JOB_WIDTH], schedule
 
 
 _TINY = timedelta(microseconds=1)
+
+
+def _decode(
+    job_name: str,
+    key: tuple[Any, ...],
+    intervals: dict[Any, IntervalSchedule],
+    crontabs: dict[Any, CrontabSchedule],
+    clocked: dict[Any, ClockedSchedule],
+) -> Schedule | Exception:
+    """The schedule carried by a job's beat entry columns, or why there is none."""
+    has_entry, start_time, interval_id, crontab_id, clocked_id = key
+    if not has_entry:
+        return ValueError("the job has no beat entry carrying its schedule")
+    entry = PeriodicTask(
+        name=beat_link.beat_entry_name(job_name),
+        start_time=start_time,
+        interval=intervals.get(interval_id),
+        crontab=crontabs.get(crontab_id),
+        clocked=clocked.get(clocked_id),
+    )
+    try:
+        schedule = beat_link.schedule_of(entry)
+    except Exception as exc:  # any row, however it was written, fails alone
+        return exc
+    assert schedule is not None  # an entry was given
+    return schedule
 
 
 def _first_due(schedule: Schedule, edited: datetime, now: datetime) -> datetime | None:

@@ -8,7 +8,9 @@ Saving the ``PeriodicTask`` bumps django-celery-beat's change marker, which ever
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC
+from typing import Any
 
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -29,6 +31,32 @@ _PERIOD_SECONDS = {
 }
 
 
+def read_time_zones_leniently() -> None:
+    """Keep a crontab row's time zone as its raw text when it names no zone.
+
+    django-celery-beat parses the zone whenever a row is loaded, so one corrupted row (written
+    around validation) would make every query that loads crontab rows raise: every beat and
+    every page that lists schedules. Kept as text, only that row's job fails, in
+    ``schedule_of``. Zones are validated before they reach the row (``jobs.schedules``).
+    """
+    field = CrontabSchedule._meta.get_field("timezone")
+    if getattr(field, "_jobs_lenient", False):
+        return
+    for method in ("from_db_value", "to_python"):
+        setattr(field, method, _lenient(getattr(field, method)))
+    field._jobs_lenient = True
+
+
+def _lenient(parse: Callable[..., Any]) -> Callable[..., Any]:
+    def lenient(value: Any, *args: Any) -> Any:
+        try:
+            return parse(value, *args)
+        except Exception:
+            return value
+
+    return lenient
+
+
 def beat_entry_name(job_name: str) -> str:
     return f"job:{job_name}"
 
@@ -38,8 +66,13 @@ def schedule_of(task: PeriodicTask | None) -> Schedule | None:
     if task is None:
         return None
     if task.interval is not None:
-        seconds = int(task.interval.every * _PERIOD_SECONDS[task.interval.period])
-        return Every(seconds=max(seconds, 1), anchor=task.start_time)
+        period = _PERIOD_SECONDS.get(task.interval.period)
+        if period is None:
+            raise ValueError(f"the interval's period {task.interval.period!r} is not a known unit")
+        seconds = int(task.interval.every * period)
+        if seconds < 1:
+            raise ValueError(f"an interval of {task.interval} is shorter than one second")
+        return Every(seconds=seconds, anchor=task.start_time)
     if task.crontab is not None:
         c = task.crontab
         expr = f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}"
@@ -53,8 +86,6 @@ def store(job: Job, schedule: Schedule) -> PeriodicTask:
     """Create or update the beat entry of ``job`` so it carries ``schedule`` and the job's
     enabled flag and queue. ``job`` must be saved; the caller saves ``job.periodic_task``."""
     task = job.periodic_task or PeriodicTask(name=beat_entry_name(job.name))
-    task.name = beat_entry_name(job.name)
-    task.task = job.task
     task.interval = task.crontab = task.clocked = task.solar = None
     task.one_off = False
     task.start_time = None
@@ -76,17 +107,22 @@ def store(job: Job, schedule: Schedule) -> PeriodicTask:
     else:
         task.clocked = ClockedSchedule.objects.create(clocked_time=schedule.when.astimezone(UTC))
         task.one_off = True
+    _copy_job_fields(job, task)
+    return task
+
+
+def refresh(job: Job) -> None:
+    """Re-save the beat entry after a job edit so every beat notices the change. The schedule
+    rows are left as they are: a job whose schedule cannot be read can still be paused."""
+    if job.periodic_task is not None:
+        _copy_job_fields(job, job.periodic_task)
+
+
+def _copy_job_fields(job: Job, task: PeriodicTask) -> None:
+    task.name = beat_entry_name(job.name)
+    task.task = job.task
     task.kwargs = json.dumps({"job": job.name})
     task.enabled = job.enabled
     task.queue = job.queue
     task.description = f"Schedule of job {job.name} (edit it on the job's page)."
     task.save()
-    return task
-
-
-def refresh(job: Job) -> None:
-    """Re-save the beat entry after a job edit so every beat notices the change."""
-    if job.periodic_task is not None:
-        schedule = schedule_of(job.periodic_task)
-        assert schedule is not None
-        store(job, schedule)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from jobs.schedules import At, Cron, Every, Schedule, validate_timezone
 
@@ -131,7 +132,7 @@ def _cron_next(expr: str, tz: str, now: datetime) -> datetime:
     # instant(wall) <= now, and the mapping is non-decreasing: no earlier wall time can qualify.
     matches = croniter(expr, _as_fake_utc(wall))
     for _ in range(_MAX_WALK):
-        candidate = _instant(_as_naive(matches.get_next(datetime)), zone)
+        candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_next, expr)), zone)
         if candidate > now:
             return candidate
     raise RuntimeError(f"no slot of {expr!r} in {tz} after {now.isoformat()}")  # pragma: no cover
@@ -152,10 +153,18 @@ def _cron_latest(expr: str, tz: str, now: datetime) -> datetime:
     # croniter's get_prev is strictly before its start; nudge so an exact hit counts.
     matches = croniter(expr, _as_fake_utc(start + _ONE_MICROSECOND))
     for _ in range(_MAX_WALK):
-        candidate = _instant(_as_naive(matches.get_prev(datetime)), zone)
+        candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_prev, expr)), zone)
         if candidate <= now:
             return candidate
     raise RuntimeError(f"no slot of {expr!r} in {tz} before {now.isoformat()}")  # pragma: no cover
+
+
+def _never_fires_if_raises(step: Callable[[type[datetime]], datetime], expr: str) -> datetime:
+    try:
+        return step(datetime)
+    except CroniterBadDateError:
+        # croniter gives up after decades without a match: a date that never comes (31 Feb).
+        raise ValueError(f"{expr!r} never fires: no date matches it") from None
 
 
 def _wall(instant: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
