@@ -41,12 +41,11 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import beat_link, presenting, services
+from jobs import presenting, services
 from jobs.exceptions import NotTriggerable
 from jobs.forms import POLICY_FIELD_ORDER, JobForm
-from jobs.models import ApiToken, Job, JobRun, Lease, Node, RunStatus
+from jobs.models import JOB_DISPLAY_RELATED, ApiToken, Job, JobRun, Lease, Node, RunStatus
 from jobs.nodes import Liveness, with_liveness
-from jobs.schedules import describe
 
 for _beat_model in (
     PeriodicTask,
@@ -179,9 +178,7 @@ class JobAdmin(admin.ModelAdmin):
         return (
             super()
             .get_queryset(request)
-            .select_related(
-                "periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked"
-            )
+            .select_related(*JOB_DISPLAY_RELATED)
             .annotate(
                 last_run_status=Subquery(runs.values("status")[:1]),
                 last_run_at=Subquery(runs.values("scheduled_for")[:1]),
@@ -221,11 +218,15 @@ class JobAdmin(admin.ModelAdmin):
         return [str(job) for job in jobs], summary, set(), []
 
     @admin.display(description="schedule")
-    def schedule(self, job: Job) -> str:
-        try:
-            return describe(beat_link.schedule_of(job.periodic_task))
-        except ValueError as exc:
-            return f"unreadable schedule: {exc}"
+    def schedule(self, job: Job) -> SafeString | str:
+        error = presenting.schedule_error(job)
+        if error is None:
+            return presenting.schedule_words(job)
+        return format_html(
+            '{}<br><strong class="errornote">cannot be scheduled: {}</strong>',
+            presenting.schedule_words(job),
+            error,
+        )
 
     @admin.display(description="next slot")
     def next_slot(self, job: Job) -> Any:

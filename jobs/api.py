@@ -32,13 +32,22 @@ from django.views.decorators.csrf import csrf_exempt
 
 from jobs import beat_link, presenting, services, tokens
 from jobs.exceptions import JobNotFound, NotTriggerable
-from jobs.models import CatchUp, Job, JobKind, JobRun, OnLost, Overlap, RunStatus, Trigger
+from jobs.models import (
+    JOB_DISPLAY_RELATED,
+    CatchUp,
+    Job,
+    JobKind,
+    JobRun,
+    OnLost,
+    Overlap,
+    RunStatus,
+    Trigger,
+)
 from jobs.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, schema
 
 log = logging.getLogger(__name__)
 
 View = Callable[..., HttpResponse]
-SCHEDULE_RELATED = ("periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked")
 MAX_BIGINT = 2**63 - 1
 DEFAULT_LIMIT = 50
 
@@ -257,7 +266,7 @@ def jobs_collection(request: HttpRequest) -> HttpResponse:
     enabled = query.boolean("enabled")
     kind = query.choice("kind", JobKind.values)
     query.check()
-    jobs = Job.objects.select_related(*SCHEDULE_RELATED)
+    jobs = Job.objects.select_related(*JOB_DISPLAY_RELATED)
     if enabled is not None:
         jobs = jobs.filter(enabled=enabled)
     if kind is not None:

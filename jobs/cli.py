@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
 from jobs.models import Job, JobRun, Lease, Node
-from jobs.presenting import schedule_words
+from jobs.presenting import schedule_error, schedule_words
 from jobs.registry import POLICY_FIELDS, JobSpec
 from jobs.schedules import (
     describe,
@@ -220,6 +220,7 @@ def job_record(job: Job) -> dict[str, object]:
         "kind": job.kind,
         "enabled": job.enabled,
         "schedule": schedule_words(job),
+        "schedule_error": schedule_error(job),
     }
     values.update((field, getattr(job, field)) for field in POLICIES)
     values.update(args=job.args, kwargs=job.kwargs)

@@ -11,15 +11,27 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from jobs import records, registry
 from jobs.exceptions import NotTriggerable
 from jobs.models import Job, JobKind, JobRun, Trigger
 
 log = logging.getLogger(__name__)
 
 
+_TASK_ID_PREFIX = "jobrun-"
+
+
 def task_id_for(run_id: int) -> str:
     """Deterministic, so a republished message shows as the same task in Flower."""
-    return f"jobrun-{run_id}"
+    return f"{_TASK_ID_PREFIX}{run_id}"
+
+
+def run_id_of(task_id: str | None) -> int | None:
+    """The run a task id was made for by ``task_id_for``; ``None`` for any other task."""
+    digits = (task_id or "").removeprefix(_TASK_ID_PREFIX)
+    if digits == task_id or not digits.isascii() or not digits.isdigit():
+        return None
+    return int(digits)
 
 
 class _NoSentEvent:
@@ -72,6 +84,9 @@ def publish_many(
     """Publish each run; one failed publish is logged and left for maintenance to re-publish."""
     sent = 0
     for job, run_id, scheduled_for in runs:
+        if not registry.is_registered(job.task):
+            _refuse_unregistered(job, run_id)
+            continue
         try:
             publish(job, run_id, scheduled_for, producer=producer, sent_event=sent_event)
         except Exception:
@@ -82,6 +97,14 @@ def publish_many(
         else:
             sent += 1
     return sent
+
+
+def _refuse_unregistered(job: Job, run_id: int) -> None:
+    # Only registered job functions are schedulable: a row naming any other task (a Celery
+    # task of another kind, ``os.system``), written around validation, must never be sent.
+    error = f"{job.task!r} is not a registered job function: the run was not sent to any worker"
+    log.error(error, extra={"action": "unregistered_task", "run_id": run_id, "job": job.name})
+    records.fail_unclaimed(run_id, node="", error=error)
 
 
 def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL, idempotency_key: str = "") -> JobRun:

@@ -228,7 +228,7 @@ def _stored_schedule(job: Job) -> Schedule | None:
         return None
     try:
         return beat_link.schedule_of(job.periodic_task)
-    except ValueError:  # a beat entry with a kind of schedule jobs do not use (e.g. solar)
+    except Exception:  # an unreadable entry (solar, a corrupted row): the operator types anew
         return None
 
 

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from jobs import access
 from jobs.conf import get_ops_conf
-from jobs.models import BeatHeartbeat, Node
+from jobs.models import BeatHeartbeat, Node, ScheduleError
 from jobs.nodes import Liveness, with_liveness
 
 log = logging.getLogger(__name__)
@@ -220,10 +220,22 @@ def check_nodes() -> Check:
     return {"ok": count > 0, "live": count, "nodes": live}
 
 
+def check_schedules() -> Check:
+    """Jobs no beat can schedule (``jobs.schedule_errors``). The cluster still works, so this
+    check never fails the probe; it names the broken jobs and why."""
+    broken = ScheduleError.objects.select_related("job").order_by("job__name")
+    listed = [
+        {"job": row.job.name, "error": row.error, "detected_at": row.detected_at}
+        for row in broken[:LISTED]
+    ]
+    count = len(listed) if len(listed) < LISTED else broken.count()
+    return {"ok": True, "broken": count, "jobs": listed}
+
+
 def _report(checks: dict[str, Callable[[], Check]]) -> JsonResponse:
     results: dict[str, Check] = {}
     for name, probe in checks.items():
-        if name in ("beats", "nodes") and not results["database"]["ok"]:
+        if name in ("beats", "nodes", "schedules") and not results["database"]["ok"]:
             results[name] = {"ok": False, "error": "the database is unreachable"}
             continue
         results[name] = _timed(probe)
@@ -272,5 +284,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
             "broker": check_broker,
             "beats": check_beats,
             "nodes": check_nodes,
+            "schedules": check_schedules,
         }
     )

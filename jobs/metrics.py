@@ -34,7 +34,16 @@ from prometheus_client.registry import Collector
 
 from jobs import access, runstats
 from jobs.conf import get_ops_conf
-from jobs.models import TERMINAL_STATUSES, BeatHeartbeat, Job, Lease, Node, NodeState, RunStatus
+from jobs.models import (
+    TERMINAL_STATUSES,
+    BeatHeartbeat,
+    Job,
+    Lease,
+    Node,
+    NodeState,
+    RunStatus,
+    ScheduleError,
+)
 from jobs.nodes import Liveness, with_liveness
 
 log = logging.getLogger(__name__)
@@ -201,7 +210,19 @@ class JobsCollector(Collector):
             Job.objects.values_list("kind", "enabled").annotate(n=Count("id")).order_by()
         ):
             jobs.add_metric([kind, "enabled" if enabled else "paused"], count)
-        yield jobs
+        broken = GaugeMetricFamily(
+            "jobs_schedule_errors",
+            "Jobs no beat can schedule (their schedule row cannot be read or never fires).",
+        )
+        broken.add_metric([], ScheduleError.objects.count())
+        each = GaugeMetricFamily(
+            "jobs_schedule_error",
+            "1 for each job no beat can schedule, until it is fixed.",
+            labels=["job"],
+        )
+        for name in ScheduleError.objects.values_list("job__name", flat=True):
+            each.add_metric([name], 1)
+        yield from (jobs, broken, each)
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

@@ -457,6 +457,16 @@ class ScheduleChange(models.Model):
         return f"#{self.id}: job {self.job_id}"
 
 
+# What showing a job reads with it: the schedule rows of its beat entry, and why no beat can
+# schedule it (``select_related`` names).
+JOB_DISPLAY_RELATED = (
+    "periodic_task__interval",
+    "periodic_task__crontab",
+    "periodic_task__clocked",
+    "schedule_error",
+)
+
+
 class ScheduleError(models.Model):
     """Why a beat cannot schedule a job (a schedule row no slot can be computed from).
 

@@ -120,6 +120,7 @@ _SCHEMAS: dict[str, Any] = {
             "kind",
             "enabled",
             "schedule",
+            "schedule_error",
             "next_slot",
             "args",
             "kwargs",
@@ -134,6 +135,13 @@ _SCHEMAS: dict[str, Any] = {
             "kind": {"type": "string", "enum": JobKind.values},
             "enabled": {"type": "boolean", "description": "false: paused."},
             "schedule": {"type": "string", "description": "The schedule in words."},
+            "schedule_error": _nullable(
+                {
+                    "type": "string",
+                    "description": "Why no beat can schedule this job (null: none); it clears "
+                    "once the job is fixed.",
+                }
+            ),
             "next_slot": _nullable(
                 {**_DATETIME, "description": "null when paused, continuous or finished."}
             ),

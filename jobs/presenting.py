@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from jobs import beat_link, slots
+from jobs import beat_link, schedule_errors, slots
 from jobs.conf import get_ops_conf
 from jobs.dispatch import task_id_for
-from jobs.models import Job, JobRun
+from jobs.models import Job, JobRun, ScheduleError
 from jobs.registry import POLICY_FIELDS
 from jobs.schedules import describe
 
@@ -21,18 +21,26 @@ def schedule_words(job: Job) -> str:
     """The schedule in words; a beat entry that cannot be read says so instead of failing."""
     try:
         return describe(beat_link.schedule_of(job.periodic_task))
-    except ValueError as exc:
-        return f"unreadable schedule: {exc}"
+    except Exception as exc:  # any row, however it was written, must not break a page
+        return f"unreadable schedule: {schedule_errors.describe(exc)}"
+
+
+def schedule_error(job: Job) -> str | None:
+    """Why no beat can schedule ``job`` (``ScheduleError``), if it is broken."""
+    try:
+        return job.schedule_error.error
+    except ScheduleError.DoesNotExist:
+        return None
 
 
 def next_slot(job: Job, now: datetime) -> datetime | None:
-    """The job's next slot after ``now``; ``None`` when paused, continuous or finished."""
+    """The job's next slot after ``now``; ``None`` when paused, continuous, finished or broken."""
     if not job.enabled or job.periodic_task is None:
         return None
     try:
         schedule = beat_link.schedule_of(job.periodic_task)
         return None if schedule is None else slots.next_slot(schedule, now)
-    except (ValueError, OverflowError):  # unreadable entry; a cron with no next date
+    except Exception:  # an unreadable entry, a cron with no next date: shown as the error
         return None
 
 
@@ -50,6 +58,7 @@ def job_record(job: Job, now: datetime) -> dict[str, Any]:
         "kind": job.kind,
         "enabled": job.enabled,
         "schedule": schedule_words(job),
+        "schedule_error": schedule_error(job),
         "next_slot": next_slot(job, now),
         "args": job.args,
         "kwargs": job.kwargs,

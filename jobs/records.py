@@ -237,6 +237,21 @@ SELECT f.id, f.job_id, retry.id, retry.scheduled_for
 """
 
 
+# A run that must not execute (its task is no registered job function where it was to be sent
+# or received): failed without running, unless somebody claimed it meanwhile.
+_FAIL_UNCLAIMED = """
+UPDATE jobs_jobrun SET status = 'failed', node = %(node)s, finished_at = now(), error = %(error)s
+ WHERE id = %(run_id)s AND status = 'scheduled'
+"""
+
+
+def fail_unclaimed(run_id: int, *, node: str, error: str) -> bool:
+    """Record run ``run_id`` failed with ``error`` without running it; whether it was."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FAIL_UNCLAIMED, {"run_id": run_id, "node": node, "error": error})
+        return cursor.rowcount == 1
+
+
 def insert_scheduled(pairs: Sequence[tuple[int, datetime]]) -> list[NewRun]:
     """Insert one run per ``(job_id, slot)``; return the ones this caller created."""
     if not pairs:

@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 from jobs import dispatch, logcontext, policies, records, registry, shutdown_notice
 from jobs.context import JobContext
@@ -115,6 +115,29 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
     finally:
         keeper.stop()
     _finish(job, claim, keeper.current, _settle(outcome, job, keeper), fields)
+
+
+def refuse_unknown_task(
+    sender: Any = None, name: str = "", id: str | None = None, **_kwargs: Any
+) -> None:
+    """Celery's ``task_unknown``: a run's message names a task this worker does not have (its
+    row was written around validation, or the code is not deployed here). Celery drops such a
+    message; the run is recorded failed, never executed, instead of waiting to be missed."""
+    run_id = dispatch.run_id_of(id)
+    if run_id is None:
+        return
+    node = str(getattr(sender, "hostname", "") or "")
+    error = f"task {name!r} is not registered on worker {node}: the run was not executed"
+    try:
+        recorded = records.fail_unclaimed(run_id, node=node, error=error)
+    except DatabaseError:
+        log.exception("could not record the run failed", extra={"run_id": run_id})
+        close_old_connections()
+        return
+    log.error(
+        error,
+        extra={"action": "unknown_task", "run_id": run_id, "recorded": recorded, "node": node},
+    )
 
 
 def _recycle_connection() -> None:

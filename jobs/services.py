@@ -14,7 +14,7 @@ from django.db import transaction
 from jobs import beat_link, lease, registry
 from jobs.dispatch import trigger_now, trigger_once
 from jobs.exceptions import JobNotFound
-from jobs.models import Job, JobKind, JobRun, Trigger
+from jobs.models import JOB_DISPLAY_RELATED, Job, JobKind, JobRun, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedules import Schedule
 
@@ -34,9 +34,7 @@ class JobDefinition:
 
 def get_job(name: str) -> Job:
     try:
-        return Job.objects.select_related(
-            "periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked"
-        ).get(name=name)
+        return Job.objects.select_related(*JOB_DISPLAY_RELATED).get(name=name)
     except Job.DoesNotExist:
         raise JobNotFound(f"no job named {name!r}") from None
 

@@ -27,6 +27,7 @@ from celery import signals
 from jobs import hard_limit, shutdown_notice
 from jobs.conf import get_conf
 from jobs.nodes import NodeHeartbeat, NodeInfo
+from jobs.runner import refuse_unknown_task
 from jobs.supervisor import SHUTDOWN_GRACE, Supervisor
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ def connect_worker_signals() -> None:
         shutdown_notice.announce_from_main_process,
         weak=False,
         dispatch_uid="jobs.shutdown_notice.announce",
+    )
+    signals.task_unknown.connect(
+        refuse_unknown_task, weak=False, dispatch_uid="jobs.runner.refuse_unknown_task"
     )
     signals.worker_ready.connect(_on_worker_ready, weak=False, dispatch_uid="jobs.node.ready")
     signals.worker_shutting_down.connect(

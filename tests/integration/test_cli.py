@@ -32,6 +32,7 @@ JOB_KEYS = {
     "kind",
     "enabled",
     "schedule",
+    "schedule_error",
     "overlap",
     "start_deadline",
     "catch_up",

@@ -21,9 +21,19 @@ from django.core.management.base import (
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
-from jobs import cli, registry, retention, services
+from jobs import cli, presenting, registry, retention, services
 from jobs.exceptions import JobNotFound, NotTriggerable
-from jobs.models import CatchUp, Job, JobRun, Lease, Node, OnLost, Overlap, RunStatus
+from jobs.models import (
+    JOB_DISPLAY_RELATED,
+    CatchUp,
+    Job,
+    JobRun,
+    Lease,
+    Node,
+    OnLost,
+    Overlap,
+    RunStatus,
+)
 from jobs.nodes import with_liveness
 from jobs.presenting import schedule_words
 from jobs.schedules import At, Cron, Schedule, describe
@@ -52,7 +62,6 @@ exit status:
 Errors are one line on stderr: "jobs VERB: error: FLAG: what is wrong".
 Django's common options (--settings, --traceback, -v) go before the verb."""
 
-SCHEDULE_RELATED = ("periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked")
 
 # How each policy flag of `add` reads its value; the model validates ranges, so the rule for a
 # value lives in one place. A policy missing here still works, read as text.
@@ -222,7 +231,7 @@ class Command(BaseCommand):
         self.stdout.write(f"added job {job.name}: {describe(schedule)}{state}")
 
     def _verb_list(self, options: dict[str, Any]) -> None:
-        jobs = list(Job.objects.select_related(*SCHEDULE_RELATED))
+        jobs = list(Job.objects.select_related(*JOB_DISPLAY_RELATED))
         if options["json"]:
             self._json([cli.job_record(job) for job in jobs])
             return
@@ -231,7 +240,7 @@ class Command(BaseCommand):
                 job.name,
                 job.task,
                 schedule_words(job),
-                "enabled" if job.enabled else "paused",
+                _state(job),
                 job.overlap,
                 job.queue,
             )
@@ -374,3 +383,8 @@ def _schedule(options: dict[str, Any]) -> Schedule | None:
     if options["at"] is not None:
         return At(when=options["at"])
     return None
+
+
+def _state(job: Job) -> str:
+    state = "enabled" if job.enabled else "paused"
+    return f"{state}, SCHEDULE ERROR" if presenting.schedule_error(job) else state
