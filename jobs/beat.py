@@ -399,11 +399,11 @@ class ClusterScheduler(Scheduler):
         """Read ``job_ids`` (``None``: every job) again; keep the next slot of a job whose
         schedule did not change."""
         rows = self._read_jobs(job_ids)
-        if job_ids is None:
-            self._set_aside = {}
-        else:
-            for job_id in job_ids:
-                self._set_aside.pop(job_id, None)
+        # A job set aside owes nothing for the time it was broken: its first slot is the
+        # next one from now, whenever its last edit was (a fix in SQL leaves updated_at).
+        was_aside = set(self._set_aside) if job_ids is None else set(job_ids) & set(self._set_aside)
+        for job_id in was_aside:
+            del self._set_aside[job_id]
         seen = set()
         for row, schedule in self._with_schedules(rows):
             current = self._entries.get(row[_ID])
@@ -412,7 +412,8 @@ class ClusterScheduler(Scheduler):
                 seen.add(row[_ID])
                 continue
             try:
-                due = _first_due(schedule, row[_UPDATED_AT], now)
+                edited = now if row[_ID] in was_aside else row[_UPDATED_AT]
+                due = _first_due(schedule, edited, now)
             except Exception as exc:
                 self._put_aside(row[_ID], row[_NAME], exc)
                 continue
