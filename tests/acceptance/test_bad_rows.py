@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.acceptance
 BEATS = ("beat-a", "beat-b")
 
 
-def _sql(statement: str, *params: object) -> list[tuple[object, ...]]:
+def _sql(statement: str, *params: int | str | None) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(statement, list(params))
         return list(cursor.fetchall()) if cursor.description else []
@@ -56,7 +57,7 @@ def _point_at_crontab(job: Job, day_of_month: str, month: str, zone: str = "UTC"
         crontab_id,
         job.periodic_task_id,
     )
-    return int(crontab_id)  # type: ignore[call-overload]
+    return int(crontab_id)
 
 
 def _error_seen(job: Job, words: str) -> bool:
