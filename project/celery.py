@@ -6,7 +6,12 @@ import os
 
 from celery import Celery
 
+from project import redaction
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+# Celery shows its configuration (inspect conf, Flower's Config tab, celery report), which here
+# is all of Django's settings: no password in it may be shown.
+redaction.install()
 
 app = Celery("project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
