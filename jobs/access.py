@@ -44,7 +44,7 @@ def _permitted_session(request: HttpRequest) -> bool:
     # Probes answer ahead of the session and authentication middleware (jobs.probes), so the
     # session is read here, and only when the request carries its cookie.
     key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
-    if not key:
+    if not key or "\x00" in key:  # PostgreSQL text cannot hold NUL; no session key contains one
         return False
     request.session = import_module(settings.SESSION_ENGINE).SessionStore(key)
     user = get_user(request)

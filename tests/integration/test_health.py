@@ -207,6 +207,14 @@ def test_a_staff_session_needs_the_job_view_permission() -> None:
     assert _sees_details(_session(superuser=True))
 
 
+def test_a_session_cookie_holding_a_nul_is_no_session(client: Client) -> None:
+    _healthy_cluster()
+    cookie = {"cookie": 'sessionid="\\000abcdefghij"'}  # an octal escape: a NUL once parsed
+
+    assert client.get("/healthz", headers=cookie).json() == {"status": "ok"}
+    assert client.get("/metrics", headers=cookie).status_code == 401
+
+
 def test_the_status_is_answered_when_credentials_cannot_be_checked(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
