@@ -1,13 +1,16 @@
 """No password leaves a real worker through what Celery shows of its configuration: the ``conf``
-inspect reply (what Flower's Config tab shows), ``stats`` (Flower's Broker tab) and ``celery
-report``. The broker is a Redis of the test's own that demands a password, so the worker
+inspect reply, ``stats``, ``celery report``, and Flower's page of the worker (its Config and
+Broker tabs) and API. The broker is a Redis of the test's own that demands a password, so the worker
 really uses the URL that carries it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,17 @@ from devtools.services import free_port, start_redis
 from tests.acceptance.conftest import ROOT, Cluster, live_database_url, wait_for
 
 pytestmark = pytest.mark.acceptance
+
+
+def _get(port: int, path: str, auth: str) -> str | None:
+    """The body at ``path`` (HTTP basic auth), or ``None`` while Flower does not answer it."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return str(response.read().decode())
+    except (urllib.error.URLError, OSError):
+        return None
 
 
 def test_no_password_in_a_workers_conf_and_stats_replies_or_in_celery_report(
@@ -67,6 +81,24 @@ def test_no_password_in_a_workers_conf_and_stats_replies_or_in_celery_report(
             text=True,
             timeout=60,
         )
+        # Flower's worker page (its Config and Broker tabs) and its API, asked to refresh.
+        (worker,) = replies["conf"]
+        flower_port = free_port()
+        cluster.start_flower("flower", flower_port, [])
+        flower_auth = f"admin:{marks['flower']}"
+
+        def flower_page(path: str) -> str | None:
+            return _get(flower_port, path, flower_auth)
+
+        wait_for(
+            lambda: "CELERY_BROKER_URL" in (flower_page(f"/worker/{worker}") or ""),
+            timeout=60,
+            what="Flower's page of the worker with its configuration",
+        )
+        shown_by_flower = {
+            "flower worker page": flower_page(f"/worker/{worker}") or "",
+            "flower api": flower_page(f"/api/workers?refresh=1&workername={worker}") or "",
+        }
     finally:
         cluster.stop_all()
         redis.kill()
@@ -79,6 +111,8 @@ def test_no_password_in_a_workers_conf_and_stats_replies_or_in_celery_report(
     assert f"CELERY_BROKER_URL: 'redis://:********@127.0.0.1:{port}/0'" in report.stdout
     shown = {name: json.dumps(reply) for name, reply in replies.items()}
     shown["celery report"] = report.stdout + report.stderr
+    shown.update(shown_by_flower)
+    assert f"redis://:********@127.0.0.1:{port}/0" in shown["flower api"]
     leaks = [
         (where, mark) for where, text in shown.items() for mark in marks.values() if mark in text
     ]
