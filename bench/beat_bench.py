@@ -425,6 +425,7 @@ def measure_pickup(count: int, rounds: int, stock_rounds: int) -> dict[str, Any]
     import random
 
     from jobs import services
+    from jobs.audit import Actor
     from jobs.models import Job
     from jobs.schedules import Every
     from jobs.services import JobDefinition
@@ -445,16 +446,17 @@ def measure_pickup(count: int, rounds: int, stock_rounds: int) -> dict[str, Any]
                 time.sleep(random.uniform(0, 1))  # a random phase of the tick cycle
                 added = f"edit-{kind}-{round_}"
                 services.create_job(
-                    JobDefinition(added, "bench.beat_noop", Every(3600, anchor=anchor))
+                    JobDefinition(added, "bench.beat_noop", Every(3600, anchor=anchor)),
+                    actor=Actor.code("bench"),
                 )
                 latencies["add"].append(pickup(added, 3600))
                 time.sleep(random.uniform(0, 1))
                 paused = f"bench-{base + round_}"
-                services.pause(paused)
+                services.pause(paused, actor=Actor.code("bench"))
                 latencies["pause"].append(pickup(paused, None))
                 time.sleep(random.uniform(0, 1))
                 edited = Job.objects.get(name=f"bench-{count - 1 - base - round_}")
-                services.save_job(edited, Every(7200, anchor=anchor))
+                services.save_job(edited, Every(7200, anchor=anchor), actor=Actor.code("bench"))
                 latencies["reschedule"].append(pickup(edited.name, 7200))
         for edit, values in latencies.items():
             result[f"{kind}_{edit}"] = _summary(values)

@@ -130,6 +130,7 @@ class Bench:
         )
 
     def add_jobs(self) -> None:
+        from jobs.audit import Actor
         from jobs.services import JobDefinition, create_job
 
         for i in range(self.args.jobs):
@@ -141,7 +142,8 @@ class Bench:
                     # Idle functions (no writes of their own), so the cost is the platform's.
                     kwargs={"log": str(self.log), "tick": 3600},
                     policies={"queue": self.cluster.queue},
-                )
+                ),
+                actor=Actor.code("bench"),
             )
 
     # --- phases ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django.http import HttpRequest
 
 from jobs import tokens
 from jobs.conf import get_ops_conf
+from jobs.exceptions import TokenRefused
 
 VIEW_PERMISSION = "jobs.view_job"
 
@@ -28,7 +29,11 @@ def sees_internals(request: HttpRequest) -> bool:
     an allowed address needs no lookup."""
     secret = tokens.bearer_secret(request)
     if secret is not None:
-        return tokens.authenticate(secret) is not None
+        try:
+            tokens.authenticate(secret)
+        except TokenRefused:  # unknown, revoked or expired
+            return False
+        return True
     return allowed_address(request) or _permitted_session(request)
 
 

@@ -7,6 +7,7 @@ through the job page (``jobs.forms.JobForm`` → ``jobs.services`` → ``jobs.be
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import django_celery_beat.admin  # noqa: F401  (its registrations must exist before we undo them)
@@ -41,10 +42,21 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import presenting, services
+from jobs import presenting, services, tokens
+from jobs.audit import Actor
 from jobs.exceptions import NotTriggerable
 from jobs.forms import POLICY_FIELD_ORDER, JobForm
-from jobs.models import JOB_DISPLAY_RELATED, ApiToken, Job, JobRun, Lease, Node, RunStatus
+from jobs.models import (
+    JOB_DISPLAY_RELATED,
+    ApiToken,
+    AuditEntry,
+    AuditSource,
+    Job,
+    JobRun,
+    Lease,
+    Node,
+    RunStatus,
+)
 from jobs.nodes import Liveness, with_liveness
 
 for _beat_model in (
@@ -57,6 +69,7 @@ for _beat_model in (
     admin.site.unregister(_beat_model)
 
 RECENT_RUNS = 20
+RECENT_AUDIT_ENTRIES = 10
 
 # The admin index links the jobs dashboard (jobs.dashboard, issue 6).
 admin.site.index_template = "admin/jobs_index.html"
@@ -137,6 +150,54 @@ class RecentRunsInline(admin.TabularInline):
         return status_badge(run.status)
 
 
+def _actor(request: HttpRequest) -> Actor:
+    return Actor.user(request.user, AuditSource.ADMIN)
+
+
+class RecentAuditFormSet(BaseInlineFormSet):
+    def get_queryset(self) -> QuerySet[AuditEntry]:
+        if not hasattr(self, "_recent"):
+            self._recent = super().get_queryset()[:RECENT_AUDIT_ENTRIES]
+        return self._recent
+
+
+class RecentAuditInline(admin.TabularInline):
+    """The job's latest audit entries on its page; the link under the runs leads to all."""
+
+    model = AuditEntry
+    fk_name = "job"
+    formset = RecentAuditFormSet
+    verbose_name_plural = f"audit trail (last {RECENT_AUDIT_ENTRIES})"
+    fields = readonly_fields = ("at", "actor", "source", "action", "changes")
+    show_change_link = True
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="before → after")
+    def changes(self, entry: AuditEntry) -> str:
+        return audit_changes(entry)
+
+
+def audit_changes(entry: AuditEntry) -> str:
+    """``field: old → new`` per changed value, on one line."""
+    before, after = entry.before or {}, entry.after or {}
+    parts = []
+    for key in dict.fromkeys([*before, *after]):
+        old = json.dumps(before[key]) if key in before else "-"
+        new = json.dumps(after[key]) if key in after else "-"
+        parts.append(f"{key}: {old} → {new}")
+    return "; ".join(parts) or "-"
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     form = JobForm
@@ -153,8 +214,15 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "kind", "task"]
     search_fields = ["name", "task"]
     actions = ["run_now", "pause", "resume", "release_lease"]
-    readonly_fields = ["schedule", "managed_by_code", "created_at", "updated_at"]
-    inlines = [RecentRunsInline]
+    readonly_fields = ["schedule", "managed_by_code", "created_at", "updated_at", "audit_trail"]
+    inlines = [RecentRunsInline, RecentAuditInline]
+
+    def get_form(
+        self, request: HttpRequest, obj: Job | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        """The job form, saving through the services as the logged-in user (audit trail)."""
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"actor": _actor(request)})
 
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
         fieldsets: list[tuple[str | None, dict[str, Any]]] = [
@@ -199,11 +267,12 @@ class JobAdmin(admin.ModelAdmin):
         """Nothing to write: validating ``JobForm`` saved the job through ``jobs.services``."""
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        services.remove(obj.name)  # also deletes the beat entry, which the cascade would not
+        # Also deletes the beat entry, which the cascade would not.
+        services.remove(obj.name, actor=_actor(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         for job in queryset:
-            services.remove(job.name)
+            services.remove(job.name, actor=_actor(request))
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         # Runs are history owned by their job: deleting a job deletes them without asking for
@@ -216,6 +285,13 @@ class JobAdmin(admin.ModelAdmin):
         }
         # The delete view and action have already checked the job delete permission.
         return [str(job) for job in jobs], summary, set(), []
+
+    @admin.display(description="audit trail")
+    def audit_trail(self, job: Job) -> SafeString:
+        url = reverse("admin:jobs_auditentry_changelist")
+        return format_html(
+            '<a href="{}?job__id__exact={}">every entry of this job</a>', url, job.pk
+        )
 
     @admin.display(description="schedule")
     def schedule(self, job: Job) -> SafeString | str:
@@ -250,7 +326,7 @@ class JobAdmin(admin.ModelAdmin):
         runs = []
         for job in queryset:
             try:
-                runs.append(services.run_now(job.name))
+                runs.append(services.run_now(job.name, actor=_actor(request)))
             except NotTriggerable as exc:
                 self.message_user(request, str(exc), messages.WARNING)
         if runs:
@@ -268,7 +344,7 @@ class JobAdmin(admin.ModelAdmin):
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Job], *, enabled: bool) -> None:
         jobs = list(queryset)
         for job in jobs:
-            services.set_enabled(job, enabled)
+            services.set_enabled(job, enabled, actor=_actor(request))
         verb = "Resumed" if enabled else "Paused"
         noun = model_ngettext(self.opts, len(jobs))
         self.message_user(request, f"{verb} {len(jobs)} {noun}.", messages.SUCCESS)
@@ -276,7 +352,7 @@ class JobAdmin(admin.ModelAdmin):
     @admin.action(description="Release lease", permissions=["change"])
     def release_lease(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         jobs = list(queryset)
-        released = sum(services.release_lease(job.name) for job in jobs)
+        released = sum(services.release_lease(job.name, actor=_actor(request)) for job in jobs)
         self.message_user(
             request,
             f"Released {released} lease(s); {len(jobs) - released} job(s) held none. "
@@ -449,13 +525,75 @@ class NodeAdmin(ReadOnlyAdmin):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are created by ``manage.py apitoken create`` (the secret is shown once there);
-    here they can be seen and revoked (deleted)."""
+    here they can be seen and revoked (deleted, through ``jobs.tokens``: audited)."""
 
-    list_display = ["name", "prefix", "read_only", "created_at", "last_used_at"]
-    readonly_fields = ["name", "prefix", "read_only", "created_at", "last_used_at"]
+    list_display = readonly_fields = (
+        "name",
+        "prefix",
+        "read_only",
+        "created_by",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+    )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        tokens.revoke(obj.name, actor=_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset:
+            tokens.revoke(token.name, actor=_actor(request))
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    """The audit trail, overall (a job's own entries: the link on its page). Nobody edits or
+    deletes entries here."""
+
+    list_display = ["at", "actor", "source", "action", "job_link", "target", "changes"]
+    list_filter = ["action", "source", "actor", "job_name"]
+    search_fields = ["actor", "job_name", "target"]
+    show_full_result_count = False
+    fields = readonly_fields = (
+        "at",
+        "actor",
+        "source",
+        "action",
+        "job_link",
+        "target",
+        "before_block",
+        "after_block",
+    )
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        return {}  # not even "delete selected"
+
+    @admin.display(description="job", ordering="job_name")
+    def job_link(self, entry: AuditEntry) -> SafeString | str:
+        if entry.job_id is None:
+            return entry.job_name or "-"  # deleted since, or not about a job
+        url = reverse("admin:jobs_job_change", args=[entry.job_id])
+        return format_html('<a href="{}">{}</a>', url, entry.job_name)
+
+    @admin.display(description="before → after")
+    def changes(self, entry: AuditEntry) -> str:
+        return audit_changes(entry)
+
+    @admin.display(description="before")
+    def before_block(self, entry: AuditEntry) -> SafeString:
+        return _json_block(entry.before)
+
+    @admin.display(description="after")
+    def after_block(self, entry: AuditEntry) -> SafeString:
+        return _json_block(entry.after)
+
+
+def _json_block(value: Any) -> SafeString:
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)

@@ -3,7 +3,9 @@
 
 Authentication: ``Authorization: Bearer <token>`` (``manage.py apitoken create NAME``), or the
 admin session of a staff user, whose writes then need the CSRF token like any form post.
-Every change goes through ``jobs.services``, as the admin's and the CLI's do.
+Every change goes through ``jobs.services``, as the admin's and the CLI's do, and is recorded
+in the audit trail under the token's name (``token:NAME``) or the user's (``user:NAME``);
+``GET /api/audit`` reads that trail.
 
 Errors are JSON, ``{"error": "...", "fields": {"name": ["..."]}}``: 400 for a bad parameter,
 header or body (each problem under the name of what was wrong), 401/403 for credentials, 404
@@ -22,7 +24,7 @@ from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
@@ -31,9 +33,13 @@ from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
 from jobs import beat_link, presenting, services, tokens
-from jobs.exceptions import JobNotFound, NotTriggerable
+from jobs.audit import Actor
+from jobs.exceptions import JobNotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_DISPLAY_RELATED,
+    AuditAction,
+    AuditEntry,
+    AuditSource,
     CatchUp,
     Job,
     JobKind,
@@ -95,7 +101,7 @@ def endpoint(methods: Mapping[str, str | None]) -> Callable[[View], View]:
                     return refused
                 permission = methods[method]
                 if permission is not None:
-                    _authorize(request, permission)
+                    setattr(request, _ACTOR, _authorize(request, permission))
                 response = view(request, *args, **kwargs)
             except ApiError as exc:
                 return error_response(exc)
@@ -117,21 +123,31 @@ def endpoint(methods: Mapping[str, str | None]) -> Callable[[View], View]:
 
 # The methods that change nothing: what a read-only token and a session without CSRF may send.
 _READS = ("GET", "HEAD", "OPTIONS")
+# Where the endpoint leaves who made the request, for the views' writes (see ``actor``).
+_ACTOR = "_jobs_api_actor"
 
 
-def _authorize(request: HttpRequest, permission: str) -> None:
+def actor(request: HttpRequest) -> Actor:
+    """Who an authenticated request acts for: its token, or its session's user."""
+    found = getattr(request, _ACTOR, None)
+    assert isinstance(found, Actor), "only views behind an authenticated endpoint write"
+    return found
+
+
+def _authorize(request: HttpRequest, permission: str) -> Actor:
     secret = tokens.bearer_secret(request)
     if secret is not None:
-        token = tokens.authenticate(secret)
-        if token is None:
-            raise ApiError(401, "unknown or revoked API token")
+        try:
+            token = tokens.authenticate(secret)
+        except TokenRefused as exc:
+            raise ApiError(401, str(exc)) from None
         if token.read_only and request.method not in _READS:
             raise ApiError(
                 403,
                 f"token {token.name!r} is read-only: it cannot {request.method} here "
                 "(manage.py apitoken create NAME, without --read-only, makes one that can)",
             )
-        return
+        return Actor.token(token.name)
     user = request.user
     if not user.is_authenticated or not user.is_active:
         raise ApiError(401, "authentication required: send Authorization: Bearer <token>")
@@ -139,6 +155,7 @@ def _authorize(request: HttpRequest, permission: str) -> None:
         raise ApiError(403, f"this user lacks the {permission} permission")
     if request.method not in _READS and _csrf_rejects(request):
         raise ApiError(403, "CSRF check failed: a session's writes need the X-CSRFToken header")
+    return Actor.user(user, AuditSource.API)
 
 
 def _csrf_rejects(request: HttpRequest) -> bool:
@@ -279,11 +296,11 @@ def jobs_collection(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, name: str) -> HttpResponse:
     job = services.get_job(_job_name(name))
     if request.method == "PATCH":
-        job = _patch(job, _json_object(request))
+        job = _patch(job, _json_object(request), actor(request))
     return JsonResponse(presenting.job_record(job, timezone.now()))
 
 
-def _patch(job: Job, body: dict[str, Any]) -> Job:
+def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
     errors: dict[str, list[str]] = {}
     if not body:
         raise invalid({"body": [f"give at least one of {', '.join(PATCHABLE)}"]})
@@ -312,11 +329,11 @@ def _patch(job: Job, body: dict[str, Any]) -> Job:
                 {"body": ["the job's schedule cannot be read: fix it in the admin"]}
             ) from None
         try:
-            job = services.save_job(job, schedule)
+            job = services.save_job(job, schedule, actor=by)
         except ValidationError as exc:
             raise invalid(_field_errors(exc)) from None
     if enabled is not None and enabled != job.enabled:
-        job = services.set_enabled(job, enabled)
+        job = services.set_enabled(job, enabled, actor=by)
     return services.get_job(job.name)
 
 
@@ -377,13 +394,13 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
 
 @endpoint({"POST": "jobs.change_job"})
 def job_pause(request: HttpRequest, name: str) -> HttpResponse:
-    job = services.pause(_job_name(name))
+    job = services.pause(_job_name(name), actor=actor(request))
     return JsonResponse(presenting.job_record(services.get_job(job.name), timezone.now()))
 
 
 @endpoint({"POST": "jobs.change_job"})
 def job_resume(request: HttpRequest, name: str) -> HttpResponse:
-    job = services.resume(_job_name(name))
+    job = services.resume(_job_name(name), actor=actor(request))
     return JsonResponse(presenting.job_record(services.get_job(job.name), timezone.now()))
 
 
@@ -397,7 +414,7 @@ def job_runs(request: HttpRequest, name: str) -> HttpResponse:
     job = services.get_job(_job_name(name))
     if request.method == "POST":
         key = _idempotency_key(request)
-        run, created = services.run_once(job.name, key, Trigger.API)
+        run, created = services.run_once(job.name, key, Trigger.API, actor=actor(request))
         run = JobRun.objects.select_related("job").get(pk=run.pk)
         response = JsonResponse(presenting.run_record(run), status=201 if created else 200)
         response["Location"] = f"/api/runs/{run.pk}"
@@ -423,9 +440,6 @@ def _run_page(request: HttpRequest, query: Query, runs: QuerySet[JobRun]) -> Htt
     trigger = query.choice("trigger", Trigger.values)
     node = query.text("node")
     since, until = query.instant("since"), query.instant("until")
-    limit = query.integer("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    offset = query.integer("offset", 0, 0, MAX_OFFSET)
-    query.check()
     if status is not None:
         runs = runs.filter(status=status)
     if trigger is not None:
@@ -436,13 +450,27 @@ def _run_page(request: HttpRequest, query: Query, runs: QuerySet[JobRun]) -> Htt
         runs = runs.filter(scheduled_for__gte=since)
     if until is not None:
         runs = runs.filter(scheduled_for__lt=until)
-    page = list(runs.select_related("job").order_by("-scheduled_for", "-id")[offset:][: limit + 1])
+    ordered = runs.select_related("job").order_by("-scheduled_for", "-id")
+    return _page(request, query, ordered, presenting.run_record)
+
+
+def _page(
+    request: HttpRequest,
+    query: Query,
+    rows: QuerySet[Any],
+    record: Callable[[Any], dict[str, Any]],
+) -> HttpResponse:
+    """One page of ``rows`` (already filtered and ordered, not yet read) by ``limit`` and
+    ``offset``, with the link to the next; the query's other parameters are read by now."""
+    limit = query.integer("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = query.integer("offset", 0, 0, MAX_OFFSET)
+    query.check()
+    page = list(rows[offset:][: limit + 1])
     following = None
     if len(page) > limit and offset + limit <= MAX_OFFSET:
         params = {**query.values, "offset": str(offset + limit)}
         following = f"{request.path}?{urlencode(params)}"
-    results = [presenting.run_record(run) for run in page[:limit]]
-    return JsonResponse({"results": results, "next": following})
+    return JsonResponse({"results": [record(row) for row in page[:limit]], "next": following})
 
 
 @endpoint({"GET": "jobs.view_jobrun"})
@@ -454,6 +482,28 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     if run is None:
         raise ApiError(404, f"no run with id {run_id!r}")
     return JsonResponse(presenting.run_record(run, with_traceback=True))
+
+
+# --- the audit trail ---------------------------------------------------------------------------
+
+
+@endpoint({"GET": "jobs.view_auditentry"})
+def audit_collection(request: HttpRequest) -> HttpResponse:
+    query = Query(request, ("job", "actor", "action", "source", "limit", "offset"))
+    job, who = query.text("job"), query.text("actor")
+    action = query.choice("action", AuditAction.values)
+    source = query.choice("source", AuditSource.values)
+    entries = AuditEntry.objects.all()
+    if job is not None:
+        # Its entries under this name, and those of the job now so named from before a rename.
+        entries = entries.filter(Q(job_name=job) | Q(job__name=job))
+    if who is not None:
+        entries = entries.filter(actor=who)
+    if action is not None:
+        entries = entries.filter(action=action)
+    if source is not None:
+        entries = entries.filter(source=source)
+    return _page(request, query, entries.order_by("-at", "-id"), presenting.audit_record)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:

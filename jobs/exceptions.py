@@ -25,3 +25,7 @@ class NotTriggerable(JobsError):
 
 class LeaseLost(JobsError):
     """The caller's lease lapsed or was taken over: its fenced write must not happen."""
+
+
+class TokenRefused(JobsError):
+    """An API token that is unknown, revoked or expired; the message says which."""

@@ -8,7 +8,7 @@ django-celery-beat entry, so the admin and the CLI cannot drift apart.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib.admin.widgets import AdminRadioSelect, AdminSplitDateTime
@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from jobs import beat_link, registry, services
+from jobs.audit import Actor
 from jobs.models import Job, JobKind
 from jobs.registry import POLICY_FIELDS
 from jobs.schedules import (
@@ -48,7 +49,10 @@ class ScheduleType(models.TextChoices):
 class JobForm(forms.ModelForm):
     """Validating this form saves the job through ``jobs.services`` (``create_job`` or
     ``save_job``), so every error services raise lands on the field it names; ``save()`` then
-    only hands back the saved job."""
+    only hands back the saved job. The admin makes a subclass per request whose ``actor`` is
+    the logged-in user (``JobAdmin.get_form``); the audit trail records it."""
+
+    actor: ClassVar[Actor] = Actor.code("jobs.forms.JobForm")
 
     task = forms.ChoiceField(
         help_text="The registered job function this job runs (declared with @job in code)."
@@ -164,11 +168,11 @@ class JobForm(forms.ModelForm):
     def _save_through_services(self) -> None:
         try:
             if self.instance.pk is None:
-                self.instance = services.create_job(self._definition())
+                self.instance = services.create_job(self._definition(), actor=self.actor)
             else:
                 # An operator's edit: declarations in code stop overriding this job.
                 self.instance.managed_by_code = False
-                self.instance = services.save_job(self.instance, self.schedule)
+                self.instance = services.save_job(self.instance, self.schedule, actor=self.actor)
         except ValidationError as exc:
             self._add_service_errors(exc)
 

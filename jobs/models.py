@@ -385,6 +385,13 @@ class ApiToken(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # issue 10 (audit): who made it, and when it stops working (by the database clock).
+    created_by = models.CharField(
+        max_length=255, blank=True, db_default="", editable=False, help_text="Who created it."
+    )
+    expires_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="Refused (401) from then on; none: never."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -483,3 +490,62 @@ class ScheduleError(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.error}"
+
+
+# --- issue 10: the audit trail ---------------------------------------------------------------
+
+
+class AuditAction(models.TextChoices):
+    ADD = "add"
+    EDIT = "edit"
+    DELETE = "delete"
+    PAUSE = "pause"
+    RESUME = "resume"
+    RUN_NOW = "run_now"
+    RELEASE_LEASE = "release_lease"
+    PRUNE = "prune"
+    TOKEN_CREATE = "token_create"
+    TOKEN_REVOKE = "token_revoke"
+
+
+class AuditSource(models.TextChoices):
+    ADMIN = "admin", "admin"
+    API = "api", "API"
+    CLI = "cli", "CLI"
+    CODE = "code", "code"
+
+
+class AuditEntry(models.Model):
+    """One operator action: who, when, what, on which job (or lease, or token), and the values
+    before and after. Written by ``jobs.audit.record`` in the transaction of the change itself,
+    so an entry exists exactly when the change was committed; never edited afterwards."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(db_default=Now(), help_text="Database clock.")
+    actor = models.CharField(
+        max_length=255, help_text="user:NAME, token:NAME, cli:OS-USER or code:WHAT."
+    )
+    source = models.CharField(max_length=16, choices=AuditSource.choices)
+    action = models.CharField(max_length=16, choices=AuditAction.choices)
+    # The job's name is kept as text too, so its entries still say which job after a deletion.
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    job_name = models.CharField(max_length=190, blank=True, db_default="")
+    target = models.CharField(
+        max_length=255, blank=True, db_default="", help_text="The lease key or token name acted on."
+    )
+    before = models.JSONField(null=True, blank=True, help_text="The changed values before.")
+    after = models.JSONField(null=True, blank=True, help_text="The changed values after.")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            models.Index(fields=["-at", "-id"], name="audit_at"),
+            models.Index(fields=["job", "-at", "-id"], name="audit_job_at"),
+            models.Index(fields=["job_name", "-at", "-id"], name="audit_job_name_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.job_name or self.target} by {self.actor}"

@@ -9,7 +9,16 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from jobs.models import CatchUp, JobKind, OnLost, Overlap, RunStatus, Trigger
+from jobs.models import (
+    AuditAction,
+    AuditSource,
+    CatchUp,
+    JobKind,
+    OnLost,
+    Overlap,
+    RunStatus,
+    Trigger,
+)
 
 IDEMPOTENCY_KEY_MAX = 200
 MAX_LIMIT = 500
@@ -83,6 +92,17 @@ _RUN_FILTERS = [
         {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
     ),
 ]
+
+_LIMIT = _query(
+    "limit",
+    "At most this many (newest first).",
+    {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 50},
+)
+_OFFSET = _query(
+    "offset",
+    "Skip this many; `next` in the answer gives the following page.",
+    {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+)
 
 _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "overlap": {"type": "string", "enum": Overlap.values},
@@ -208,6 +228,44 @@ _SCHEMAS: dict[str, Any] = {
             "idempotency_key": _nullable({"type": "string"}),
             "retry_of": _nullable({"type": "integer"}),
             "traceback": {"type": "string", "description": "Only on GET /api/runs/{id}."},
+        },
+    },
+    "AuditEntry": {
+        "type": "object",
+        "required": ["id", "at", "actor", "source", "action", "job", "target", "before", "after"],
+        "properties": {
+            "id": {"type": "integer"},
+            "at": {**_DATETIME, "description": "When, by the database clock."},
+            "actor": {
+                "type": "string",
+                "description": "Who: user:NAME, token:NAME, cli:OS-USER or code:WHAT.",
+            },
+            "source": {"type": "string", "enum": AuditSource.values},
+            "action": {"type": "string", "enum": AuditAction.values},
+            "job": _nullable({"type": "string", "description": "The job's name at the time."}),
+            "target": _nullable({"type": "string", "description": "The lease key or token."}),
+            "before": _nullable(
+                {
+                    "type": "object",
+                    "description": "The values before: the whole job for delete, the changed "
+                    "fields for edit, null for add.",
+                }
+            ),
+            "after": _nullable(
+                {
+                    "type": "object",
+                    "description": "The values after: the whole job for add, the changed "
+                    "fields for edit, null for delete.",
+                }
+            ),
+        },
+    },
+    "AuditList": {
+        "type": "object",
+        "required": ["results", "next"],
+        "properties": {
+            "results": {"type": "array", "items": _ref("AuditEntry")},
+            "next": _nullable({"type": "string", "description": "The next page, if any."}),
         },
     },
     "RunList": {
@@ -375,6 +433,37 @@ def schema() -> dict[str, Any]:
                         **_ERRORS,
                     },
                 },
+            },
+            "/api/audit": {
+                "get": {
+                    "operationId": "listAudit",
+                    "summary": "The audit trail: who changed what, newest first.",
+                    "parameters": [
+                        _query(
+                            "job",
+                            "Only entries about this job (also from before it was deleted).",
+                            {"type": "string"},
+                        ),
+                        _query("actor", "Only this actor, e.g. token:ci.", {"type": "string"}),
+                        _query(
+                            "action",
+                            "Only this action.",
+                            {"type": "string", "enum": AuditAction.values},
+                        ),
+                        _query(
+                            "source",
+                            "Only actions made through this edge.",
+                            {"type": "string", "enum": AuditSource.values},
+                        ),
+                        _LIMIT,
+                        _OFFSET,
+                    ],
+                    "responses": {
+                        "200": _json("A page of entries.", _ref("AuditList")),
+                        **_BAD,
+                        **_ERRORS,
+                    },
+                }
             },
             "/api/openapi.json": {
                 "get": {

@@ -9,7 +9,7 @@ from typing import Any
 from jobs import beat_link, schedule_errors, slots
 from jobs.conf import get_ops_conf
 from jobs.dispatch import task_id_for
-from jobs.models import Job, JobRun, ScheduleError
+from jobs.models import AuditEntry, Job, JobRun, ScheduleError
 from jobs.registry import POLICY_FIELDS
 from jobs.schedules import describe
 
@@ -95,3 +95,18 @@ def run_record(run: JobRun, *, with_traceback: bool = False) -> dict[str, Any]:
     if with_traceback:
         record["traceback"] = run.traceback
     return record
+
+
+def audit_record(entry: AuditEntry) -> dict[str, Any]:
+    """An audit entry for the API."""
+    return {
+        "id": entry.pk,
+        "at": entry.at,
+        "actor": entry.actor,
+        "source": entry.source,
+        "action": entry.action,
+        "job": entry.job_name or None,
+        "target": entry.target or None,
+        "before": entry.before,
+        "after": entry.after,
+    }

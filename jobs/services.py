@@ -1,5 +1,8 @@
 """The operations on jobs that every edge (admin, CLI, API, code declarations) goes through, so
-validation and the beat link are the same whichever way a job is changed."""
+validation, the beat link and the audit trail are the same whichever way a job is changed.
+
+Each operation takes the ``actor`` the edge acts for and records its audit entry in the
+transaction of the change (``jobs.audit``)."""
 
 from __future__ import annotations
 
@@ -10,11 +13,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models.functions import Now
 
-from jobs import beat_link, lease, registry
+from jobs import audit, beat_link, lease, registry, retention
+from jobs.audit import Actor
 from jobs.dispatch import trigger_now, trigger_once
 from jobs.exceptions import JobNotFound
-from jobs.models import JOB_DISPLAY_RELATED, Job, JobKind, JobRun, Trigger
+from jobs.models import JOB_DISPLAY_RELATED, AuditAction, Job, JobKind, JobRun, Lease, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedules import Schedule
 
@@ -37,6 +42,17 @@ def get_job(name: str) -> Job:
         return Job.objects.select_related(*JOB_DISPLAY_RELATED).get(name=name)
     except Job.DoesNotExist:
         raise JobNotFound(f"no job named {name!r}") from None
+
+
+def _locked(job: Job) -> Job:
+    """The job's stored row, locked until the transaction ends: the "before" of an edit is
+    what was committed (the edge's ``job`` already holds the new values), and two concurrent
+    edits are recorded one after the other."""
+    return (
+        Job.objects.select_related(*JOB_DISPLAY_RELATED)
+        .select_for_update(of=("self",))
+        .get(pk=job.pk)
+    )
 
 
 def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
@@ -71,7 +87,7 @@ def _argument_errors(job: Job) -> dict[str, list[str]]:
 
 
 @transaction.atomic
-def create_job(definition: JobDefinition, *, managed_by_code: bool = False) -> Job:
+def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool = False) -> Job:
     unknown = set(definition.policies) - set(POLICY_FIELDS)
     if unknown:
         raise ValidationError({name: ["Unknown policy."] for name in sorted(unknown)})
@@ -90,12 +106,14 @@ def create_job(definition: JobDefinition, *, managed_by_code: bool = False) -> J
     if definition.schedule is not None:
         job.periodic_task = beat_link.store(job, definition.schedule)
         job.save(update_fields=["periodic_task"])
+    audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
     return job
 
 
 @transaction.atomic
-def save_job(job: Job, schedule: Schedule | None) -> Job:
-    """Save an edited job (admin form, CLI) with its schedule; beats pick the change up."""
+def save_job(job: Job, schedule: Schedule | None, *, actor: Actor) -> Job:
+    """Save an edited job (admin form, API) with its schedule; beats pick the change up."""
+    before = audit.job_state(_locked(job))
     job.kind = JobKind.CONTINUOUS if schedule is None else JobKind.PERIODIC
     old_task = job.periodic_task if schedule is None else None
     if schedule is None:
@@ -107,45 +125,90 @@ def save_job(job: Job, schedule: Schedule | None) -> Job:
         job.save(update_fields=["periodic_task"])
     if old_task is not None:
         old_task.delete()
+    old, new = audit.changed(before, audit.job_state(job))
+    audit.record(actor, AuditAction.EDIT, job=job, before=old, after=new)
     return job
 
 
 @transaction.atomic
-def set_enabled(job: Job, enabled: bool) -> Job:
+def set_enabled(job: Job, enabled: bool, *, actor: Actor) -> Job:
+    """Pause or resume; recorded even when the job already was so (``before`` says it was)."""
+    was = _locked(job).enabled
     job.enabled = enabled
     job.save(update_fields=["enabled", "updated_at"])
     beat_link.refresh(job)
+    action = AuditAction.RESUME if enabled else AuditAction.PAUSE
+    audit.record(actor, action, job=job, before={"enabled": was}, after={"enabled": enabled})
     return job
 
 
-def pause(name: str) -> Job:
-    return set_enabled(get_job(name), False)
+def pause(name: str, *, actor: Actor) -> Job:
+    return set_enabled(get_job(name), False, actor=actor)
 
 
-def resume(name: str) -> Job:
-    return set_enabled(get_job(name), True)
+def resume(name: str, *, actor: Actor) -> Job:
+    return set_enabled(get_job(name), True, actor=actor)
 
 
 @transaction.atomic
-def remove(name: str) -> None:
-    job = get_job(name)
+def remove(name: str, *, actor: Actor) -> None:
+    job = _locked(get_job(name))
+    before = audit.job_state(job)
     task = job.periodic_task
     job.delete()
     if task is not None:
         task.delete()
+    audit.record(actor, AuditAction.DELETE, job_name=name, before=before)
 
 
-def run_now(name: str, trigger: Trigger = Trigger.MANUAL) -> JobRun:
-    return trigger_now(get_job(name), trigger)
+@transaction.atomic
+def run_now(name: str, trigger: Trigger = Trigger.MANUAL, *, actor: Actor) -> JobRun:
+    job = get_job(name)
+    run = trigger_now(job, trigger)
+    audit.record(actor, AuditAction.RUN_NOW, job=job, after=_run_values(run))
+    return run
 
 
+@transaction.atomic
 def run_once(
-    name: str, idempotency_key: str, trigger: Trigger = Trigger.API
+    name: str, idempotency_key: str, trigger: Trigger = Trigger.API, *, actor: Actor
 ) -> tuple[JobRun, bool]:
-    """``run_now`` at most once per ``idempotency_key``: the flag says whether a run was made."""
-    return trigger_once(get_job(name), idempotency_key, trigger)
+    """``run_now`` at most once per ``idempotency_key``: the flag says whether a run was made.
+    A replayed key makes nothing, so it records nothing."""
+    job = get_job(name)
+    run, created = trigger_once(job, idempotency_key, trigger)
+    if created:
+        audit.record(actor, AuditAction.RUN_NOW, job=job, after=_run_values(run))
+    return run, created
 
 
-def release_lease(name: str) -> bool:
+def _run_values(run: JobRun) -> dict[str, Any]:
+    return {"run": run.pk, "trigger": run.trigger, "idempotency_key": run.idempotency_key}
+
+
+@transaction.atomic
+def release_lease(name: str, *, actor: Actor) -> bool:
     """Force-release the job's lease; the token still grows on the next acquisition."""
-    return lease.force_release(get_job(name).lock_key)
+    job = get_job(name)
+    key = job.lock_key
+    # Locked, so the holder recorded is the one released.
+    held = Lease.objects.select_for_update().filter(key=key, expires_at__gt=Now()).first()
+    released = lease.force_release(key)
+    before = {"live": False} if held is None else _holder(held, live=True)
+    after = {"live": False} if held is None else _holder(held, live=False)
+    audit.record(actor, AuditAction.RELEASE_LEASE, job=job, target=key, before=before, after=after)
+    return released
+
+
+def _holder(held: Lease, *, live: bool) -> dict[str, Any]:
+    return {"holder": held.holder, "token": held.token, "live": live}
+
+
+def prune(*, dry_run: bool, actor: Actor) -> retention.PruneResult:
+    """Delete finished runs past retention now; a real prune records what it deleted. (The
+    maintenance loop's hourly prunes are the cluster's own, not an operator's: unrecorded.)"""
+    result = retention.prune(dry_run=dry_run)
+    if not dry_run:
+        # After the batches, which commit one by one: the entry says what was deleted.
+        audit.record(actor, AuditAction.PRUNE, after={"deleted": dict(result.deleted)})
+    return result

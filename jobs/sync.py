@@ -13,10 +13,14 @@ import logging
 from django.db import transaction
 
 from jobs import beat_link, registry
+from jobs.audit import Actor
 from jobs.models import Job
 from jobs.services import JobDefinition, create_job, save_job
 
 log = logging.getLogger(__name__)
+
+# Who the audit trail says changed a declared job's row.
+DECLARATION = Actor.code("declaration")
 
 
 def sync_declared_jobs() -> list[str]:
@@ -35,6 +39,7 @@ def sync_declared_jobs() -> list[str]:
                         schedule=spec.schedule,
                         policies=spec.policies,
                     ),
+                    actor=DECLARATION,
                     managed_by_code=True,
                 )
                 changed.append(spec.name)
@@ -51,7 +56,7 @@ def _apply_declaration(job: Job, spec: registry.JobSpec) -> bool:
         return False
     for name, value in spec.policies.items():
         setattr(job, name, value)
-    save_job(job, spec.schedule)
+    save_job(job, spec.schedule, actor=DECLARATION)
     return True
 
 

@@ -26,5 +26,6 @@ urlpatterns = [
     path("api/jobs/<str:name>/runs", api.job_runs, name="api_job_runs"),
     path("api/runs", api.runs_collection, name="api_runs"),
     path("api/runs/<str:run_id>", api.run_detail, name="api_run"),
+    path("api/audit", api.audit_collection, name="api_audit"),
     re_path(r"^api/", api.not_found),
 ]

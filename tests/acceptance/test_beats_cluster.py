@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from devtools.services import free_port, start_redis
 from jobs import records
+from jobs.audit import Actor
 from jobs.dispatch import publish
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedules import Every
@@ -50,7 +51,8 @@ def _jobs(
                 schedule=Every(seconds),
                 kwargs={"log": str(log)},
                 policies={"queue": cluster.queue, **policies},
-            )
+            ),
+            actor=Actor.code("tests"),
         )
         for name, seconds in specs
     ]

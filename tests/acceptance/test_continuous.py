@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 
 import tests.jobs_continuous  # noqa: F401  (the functions the workers will run)
 from jobs import services
+from jobs.audit import Actor
 from jobs.models import JobRun, Lease, Node, RunStatus
 from jobs.nodes import Liveness, with_liveness
 from jobs.services import JobDefinition, create_job
@@ -66,7 +67,8 @@ def _add_jobs(cluster: Cluster, log: Path, names: list[str]) -> list[str]:
                 schedule=None,
                 kwargs={"log": str(log), "linger": 0.3} if loop else {"log": str(log)},
                 policies={"queue": cluster.queue},
-            )
+            ),
+            actor=Actor.code("tests"),
         )
         keys.append(job.lock_key)
     return keys
@@ -223,7 +225,7 @@ def test_sigterm_hands_over_at_once_and_a_paused_holder_is_fenced_out(
 
         # Pause: the holder stops its tenure gracefully (cancelled); resume starts it again.
         token_before = sampler.latest()[step_key][1]
-        services.pause("p1")
+        services.pause("p1", actor=Actor.code("tests"))
         wait_for(
             lambda: step_key not in sampler.latest(),
             timeout=15,
@@ -231,7 +233,7 @@ def test_sigterm_hands_over_at_once_and_a_paused_holder_is_fenced_out(
         )
         paused_run = JobRun.objects.get(lease_key=step_key, fencing_token=token_before)
         assert paused_run.status == RunStatus.CANCELLED
-        services.resume("p1")
+        services.resume("p1", actor=Actor.code("tests"))
         wait_for(
             lambda: sampler.latest().get(step_key, ("", 0))[1] > token_before,
             timeout=15,

@@ -73,11 +73,12 @@ def test_holders_stop_before_their_leases_lapse_and_every_job_runs_again_once(
     assert migrated.returncode == 0, migrated.stderr
     create = "\n".join(
         [
+            "from jobs.audit import Actor",
             "from jobs.services import JobDefinition, create_job",
             *(
                 f"create_job(JobDefinition(name={name!r}, task='tests.continuous.loop', "
                 f"schedule=None, kwargs={{'log': {str(log)!r}}}, "
-                f"policies={{'queue': {cluster.queue!r}}}))"
+                f"policies={{'queue': {cluster.queue!r}}}), actor=Actor.code('tests'))"
                 for name in JOBS
             ),
         ]

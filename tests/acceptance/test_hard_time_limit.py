@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import connection
 
+from jobs.audit import Actor
 from jobs.models import Job, JobRun, Lease, RunStatus
 from jobs.schedules import Every
 from jobs.services import JobDefinition, create_job
@@ -57,7 +58,8 @@ def test_a_run_past_its_hard_time_limit_fails_and_frees_the_next_slot(cluster: C
             schedule=Every(EVERY),
             kwargs={"seconds": 30},
             policies={"queue": cluster.queue, "time_limit": TIME_LIMIT},
-        )
+        ),
+        actor=Actor.code("tests"),
     )
     assert job.lease_ttl == 30  # without the release, the next slot would be skipped
 

@@ -18,6 +18,7 @@ import pytest
 from django.db import connection
 
 from jobs import lease
+from jobs.audit import Actor
 from jobs.dispatch import trigger_now
 from jobs.models import Job, JobRun, Lease, RunStatus
 from jobs.recovery import recover_lost_runs
@@ -39,7 +40,8 @@ def _job(cluster: Cluster, name: str, task: str, schedule: Schedule = HOURLY, **
             schedule=schedule,
             kwargs=kwargs,
             policies={"queue": cluster.queue, **policies},
-        )
+        ),
+        actor=Actor.code("tests"),
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedules import Every
 from jobs.services import JobDefinition, create_job
@@ -57,7 +58,8 @@ def test_a_job_slower_than_its_interval(cluster: Cluster, tmp_path: Path, overla
             schedule=Every(every),
             kwargs={"log": str(log), "seconds": seconds},
             policies={"overlap": overlap, "queue": cluster.queue, **policies},
-        )
+        ),
+        actor=Actor.code("tests"),
     )
     cluster.start_worker("node-a", concurrency=4)
     cluster.start_beat("beat-1")

@@ -11,6 +11,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import tokens
+from jobs.audit import Actor
 from jobs.models import JobRun, RunStatus
 from tests.acceptance.conftest import Cluster, wait_for
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.acceptance
 
 def test_healthz_and_metrics_with_a_live_beat_and_worker(cluster: Cluster, tmp_path: Path) -> None:
     client = Client()
-    auth = {"authorization": f"Bearer {tokens.create('prometheus')[1]}"}
+    auth = {"authorization": f"Bearer {tokens.create('prometheus', actor=Actor.code('tests'))[1]}"}
     assert client.get("/healthz").status_code == 503  # nothing runs yet
     added = cluster.manage(
         "jobs", "add", "tick", "--task", "tests.record", "--every", "1s",

@@ -10,6 +10,7 @@ from django.test import Client
 
 import tests.jobs_under_test  # noqa: F401  (registers the job functions)
 from jobs import dispatch, tokens
+from jobs.audit import Actor
 from jobs.models import Job
 from jobs.schedules import Every, Schedule
 from jobs.services import JobDefinition, create_job
@@ -34,7 +35,7 @@ def make_job(tmp_path: Path) -> Callable[..., Job]:
         definition = JobDefinition(
             name=name, task=task, schedule=schedule, kwargs=kwargs, policies=policies
         )
-        return create_job(definition)
+        return create_job(definition, actor=Actor.code("tests"))
 
     return make
 
@@ -55,5 +56,5 @@ def published(monkeypatch: pytest.MonkeyPatch) -> Published:
 def insider(db: None) -> Client:
     """A client that may see the cluster's internals (``jobs.access``): it sends an API token,
     so the probes answer it their details."""
-    secret = tokens.create("insider")[1]
+    secret = tokens.create("insider", actor=Actor.code("tests"))[1]
     return Client(headers={"authorization": f"Bearer {secret}"})

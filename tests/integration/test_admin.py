@@ -21,8 +21,9 @@ from django_celery_beat.models import (
 )
 
 from jobs import job, lease, services
+from jobs.audit import Actor
 from jobs.forms import POLICY_FIELD_ORDER
-from jobs.models import Job, JobKind, JobRun, Lease, Node, RunStatus, Trigger
+from jobs.models import AuditEntry, Job, JobKind, JobRun, Lease, Node, RunStatus, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedules import Cron, Every
 
@@ -75,7 +76,7 @@ def make_job(name: str = "existing", schedule: Any = None, **kwargs: Any) -> Job
     definition = services.JobDefinition(
         name=name, task=TASK, schedule=schedule or Every(seconds=60)
     )
-    return services.create_job(definition, **kwargs)
+    return services.create_job(definition, actor=Actor.code("tests"), **kwargs)
 
 
 def change_url(job_: Job) -> str:
@@ -411,7 +412,7 @@ def test_change_page_lists_recent_runs_read_only(admin_client):
     response = admin_client.get(change_url(busy))
 
     assert response.status_code == 200
-    (inline,) = response.context["inline_admin_formsets"]
+    inline, _audit = response.context["inline_admin_formsets"]
     assert len(inline.formset.forms) == 20
     assert not inline.has_add_permission
     assert not inline.has_change_permission
@@ -422,7 +423,7 @@ def test_change_page_lists_recent_runs_read_only(admin_client):
 # --- read-only pages -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", [JobRun, Lease, Node])
+@pytest.mark.parametrize("model", [JobRun, Lease, Node, AuditEntry])
 def test_history_pages_render_and_refuse_add(admin_client, model):
     _job_with_history("report")
     now = timezone.now()

@@ -19,6 +19,8 @@ from django.test import Client
 from django.utils import timezone
 
 from jobs import tokens
+from jobs.audit import Actor
+from jobs.exceptions import TokenRefused
 from jobs.models import ApiToken, Job, JobRun, RunStatus, Trigger
 from jobs.schedules import Every
 
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def secret() -> str:
-    return tokens.create("tests")[1]
+    return tokens.create("tests", actor=Actor.code("tests"))[1]
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ def test_unknown_token_is_401(client: Client) -> None:
 def test_a_revoked_token_stops_working(api: Client) -> None:
     assert api.get("/api/jobs").status_code == 200
 
-    assert tokens.revoke("tests")
+    assert tokens.revoke("tests", actor=Actor.code("tests"))
 
     assert api.get("/api/jobs").status_code == 401
 
@@ -81,9 +83,8 @@ def test_a_read_only_token_reads_and_is_refused_every_write(
     make_job: Callable[..., Job],
 ) -> None:
     job = make_job("report")
-    reader = Client(
-        headers={"authorization": f"Bearer {tokens.create('grafana', read_only=True)[1]}"}
-    )
+    _token, read_only_secret = tokens.create("grafana", read_only=True, actor=Actor.code("tests"))
+    reader = Client(headers={"authorization": f"Bearer {read_only_secret}"})
     assert reader.get("/api/jobs").status_code == 200
     assert reader.get("/api/jobs/report/runs").status_code == 200
     assert reader.get("/metrics").status_code == 200
@@ -455,7 +456,7 @@ def test_the_apitoken_command_prints_the_secret_once() -> None:
     call_command("apitoken", "create", "ci", stdout=out)
     secret = out.getvalue().strip()
     assert secret.startswith(tokens.TOKEN_PREFIX)
-    assert tokens.authenticate(secret) is not None
+    assert tokens.authenticate(secret).name == "ci"
 
     with pytest.raises(CommandError, match="already exists") as duplicate:
         call_command("apitoken", "create", "ci")
@@ -473,7 +474,8 @@ def test_the_apitoken_command_prints_the_secret_once() -> None:
     assert "read-write" in lines[0] and "read-only" in lines[1]
 
     call_command("apitoken", "revoke", "ci", stdout=io.StringIO())
-    assert tokens.authenticate(secret) is None
+    with pytest.raises(TokenRefused, match="unknown or revoked"):
+        tokens.authenticate(secret)
     with pytest.raises(CommandError, match="no token named"):
         call_command("apitoken", "revoke", "ci")
 

@@ -17,6 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs import services
+from jobs.audit import Actor
 from jobs.beat import ClusterScheduler
 from jobs.catchup import MAX_MISSED_RECORDED
 from jobs.models import Job, JobRun, RunStatus, ScheduleChange
@@ -121,9 +122,9 @@ def test_edits_are_picked_up_on_the_next_tick_by_reading_only_the_edited_jobs(
 
     monkeypatch.setattr(beat, "_read_jobs", counting)
 
-    services.pause(paused.name)
-    services.save_job(Job.objects.get(pk=rescheduled.pk), Every(20))
-    services.remove(removed.name)
+    services.pause(paused.name, actor=Actor.code("tests"))
+    services.save_job(Job.objects.get(pk=rescheduled.pk), Every(20), actor=Actor.code("tests"))
+    services.remove(removed.name, actor=Actor.code("tests"))
     added = make_job("added", schedule=Every(10), queue=QUEUE)
     _tick(beat, clock.now + timedelta(seconds=1))
     assert reads == [{paused.pk, rescheduled.pk, removed.pk, added.pk}]  # not all 34 jobs

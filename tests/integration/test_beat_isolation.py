@@ -17,6 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs import services, slots
+from jobs.audit import Actor
 from jobs.beat import ClusterScheduler
 from jobs.models import Job, JobRun, ScheduleError
 from jobs.schedules import Cron, Every
@@ -143,7 +144,9 @@ def test_a_row_corrupted_while_the_beat_runs_is_set_aside_and_picked_up_again_wh
     assert "never" in (_error(broken) or "")
     assert _slots(healthy) == [start + timedelta(seconds=10 * n) for n in (1, 2, 3, 4)]
 
-    services.save_job(Job.objects.get(pk=broken.pk), Every(10))  # fixed by an operator
+    services.save_job(
+        Job.objects.get(pk=broken.pk), Every(10), actor=Actor.code("tests")
+    )  # fixed by an operator
     _ticks(beat, start + timedelta(seconds=50), 1)
     assert _error(broken) is None
     fixed_at = Job.objects.get(pk=broken.pk).updated_at
@@ -205,7 +208,7 @@ def test_errors_of_jobs_that_are_paused_or_deleted_are_cleared(
     beat = _beat(start)
     beat.tick_at(start)
     assert _error(broken) is not None
-    services.pause("broken")
+    services.pause("broken", actor=Actor.code("tests"))
     beat.tick_at(start + timedelta(seconds=1))
     assert _error(broken) is None
 
@@ -216,7 +219,7 @@ def test_a_job_with_a_broken_schedule_can_be_paused_resumed_and_removed(
     broken = make_job("broken", schedule=Cron("9 4 * * *"), queue=QUEUE)
     statement, _ = CORRUPTIONS["time zone that is a directory"]
     _sql(statement, broken.periodic_task_id)
-    assert not services.pause("broken").enabled
-    assert services.resume("broken").enabled
-    services.remove("broken")
+    assert not services.pause("broken", actor=Actor.code("tests")).enabled
+    assert services.resume("broken", actor=Actor.code("tests")).enabled
+    services.remove("broken", actor=Actor.code("tests"))
     assert not Job.objects.filter(name="broken").exists()

@@ -669,7 +669,7 @@ def test_run_creates_a_manual_run_and_prints_its_id(
     assert out == f"{run.pk}\n"
     assert (run.job.name, run.trigger, run.status) == ("report", "manual", "scheduled")
     assert abs((timezone.now() - run.scheduled_for).total_seconds()) < 60
-    assert len(callbacks) == 1
+    assert len(callbacks) == 2  # its publish and its audit log line
 
 
 @pytest.mark.django_db(transaction=True)

@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from jobs import health, tokens
+from jobs.audit import Actor
 from jobs.conf import get_ops_conf
 from jobs.models import BeatHeartbeat, Node, NodeState
 
@@ -168,8 +169,8 @@ def _sees_details(client: Client, **extra: Any) -> bool:
 
 def test_api_tokens_see_the_details_read_only_ones_too(client: Client) -> None:
     _healthy_cluster()
-    full = tokens.create("ops")[1]
-    read_only = tokens.create("scraper", read_only=True)[1]
+    full = tokens.create("ops", actor=Actor.code("tests"))[1]
+    read_only = tokens.create("scraper", read_only=True, actor=Actor.code("tests"))[1]
 
     assert _sees_details(client, headers={"authorization": f"Bearer {full}"})
     assert _sees_details(client, headers={"authorization": f"Bearer {read_only}"})

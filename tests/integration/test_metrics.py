@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from jobs import health, lease, retention, runstats, tokens
+from jobs.audit import Actor
 from jobs.conf import get_ops_conf
 from jobs.models import Job, JobRun, Node, RunRollup, RunStatus
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def scrape(client: Client) -> Callable[[], dict[str, list[Sample]]]:
-    secret = tokens.create("prometheus")[1]
+    secret = tokens.create("prometheus", actor=Actor.code("tests"))[1]
 
     def read() -> dict[str, list[Sample]]:
         response = client.get("/metrics", headers={"authorization": f"Bearer {secret}"})

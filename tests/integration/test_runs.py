@@ -13,6 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs import lease, records
+from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.runner import execute_run
 
@@ -157,7 +158,7 @@ def test_a_continuous_job_cannot_be_triggered(make_job: Callable[..., Job]) -> N
 
     job = make_job("forever", task="tests.wait_for_stop", schedule=None)
     with pytest.raises(NotTriggerable, match="continuous job"):
-        run_now(job.name)
+        run_now(job.name, actor=Actor.code("tests"))
     assert not JobRun.objects.filter(job=job).exists()
 
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import dispatch, tokens
+from jobs.audit import Actor
 from jobs.beat import ClusterScheduler
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
 from jobs.schedules import Cron
@@ -48,7 +49,7 @@ def broken(make_job: Callable[..., Job]) -> Job:
 
 @pytest.fixture
 def bearer() -> dict[str, str]:
-    return {"authorization": f"Bearer {tokens.create('operator')[1]}"}
+    return {"authorization": f"Bearer {tokens.create('operator', actor=Actor.code('tests'))[1]}"}
 
 
 def _jobs(*args: str) -> str:

@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 import tests.jobs_continuous  # noqa: F401  (registers the functions)
 from jobs import lease, nodes, services, tenures
+from jobs.audit import Actor
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from jobs.nodes import NodeInfo
 from jobs.services import JobDefinition, create_job
@@ -41,7 +42,7 @@ def make_continuous(log: Path) -> Callable[..., Job]:
         definition = JobDefinition(
             name=name, task=task, schedule=None, kwargs={"log": str(log)}, policies=policies
         )
-        return create_job(definition)
+        return create_job(definition, actor=Actor.code("tests"))
 
     return make
 
@@ -136,12 +137,12 @@ def test_pause_stops_the_tenure_cancelled_and_resume_starts_a_new_one(
     a = supervisors("a@h")
     a.tick()
     first = a.held()[job.lock_key]
-    services.pause("c0")
+    services.pause("c0", actor=Actor.code("tests"))
     _ticks_until(a, lambda: not a.held(), "the paused job to stop")
     run = JobRun.objects.get(fencing_token=first)
     assert run.status == RunStatus.CANCELLED and "paused" in run.error
     assert lease.current_holder(job.lock_key) is None  # handed back at once
-    services.resume("c0")
+    services.resume("c0", actor=Actor.code("tests"))
     a.tick()
     assert a.held()[job.lock_key] == first + 1
 
@@ -233,7 +234,7 @@ def test_orphans_nobody_takes_over_are_swept_lost(make_continuous: Callable[...,
     ghost = lease.acquire(job.lock_key, "ghost@h:1:continuous", 2)
     assert ghost is not None
     begun = tenures.begin(job_id=job.pk, key=job.lock_key, token=ghost.token, node="ghost@h", pid=1)
-    services.pause("c0")
+    services.pause("c0", actor=Actor.code("tests"))
     assert tenures.close_orphans() == []  # still live
     wait_for(lambda: bool(tenures.close_orphans()), timeout=5, what="the sweep")
     assert JobRun.objects.get(pk=begun.run_id).status == RunStatus.LOST

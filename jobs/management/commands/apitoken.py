@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
-from jobs import tokens
+from jobs import cli, tokens
+from jobs.audit import Actor
 from jobs.models import ApiToken
 
 
@@ -23,6 +26,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Only reads (jobs, runs, /metrics): a dashboard's or a scraper's token.",
         )
+        create.add_argument(
+            "--expires",
+            type=cli.duration,
+            metavar="DURATION",
+            help="Refused (401) after this long, e.g. 30d or 12h; default: never.",
+        )
         verbs.add_parser("list", help="List tokens (never their secrets).")
         revoke = verbs.add_parser("revoke", help="Delete a token: requests with it get 401.")
         revoke.add_argument("name", metavar="NAME")
@@ -31,18 +40,38 @@ class Command(BaseCommand):
         verb = options["verb"]
         if verb == "create":
             try:
-                _token, secret = tokens.create(options["name"], read_only=options["read_only"])
+                _token, secret = tokens.create(
+                    options["name"],
+                    actor=Actor.cli(),
+                    read_only=options["read_only"],
+                    expires_in=_seconds(options["expires"]),
+                )
             except ValidationError as exc:
                 detail = "; ".join(" ".join(m) for m in exc.message_dict.values())
                 raise CommandError(f"apitoken create: {detail}", returncode=2) from None
             # The secret alone on stdout, so `TOKEN=$(manage.py apitoken create ci)` works.
             self.stdout.write(secret)
         elif verb == "list":
+            now = timezone.now()
             for token in ApiToken.objects.all():
                 used = token.last_used_at.isoformat() if token.last_used_at else "never"
                 scope = "read-only" if token.read_only else "read-write"
-                self.stdout.write(f"{token.name}  {token.prefix}…  {scope}  last used {used}")
-        elif not tokens.revoke(options["name"]):
+                self.stdout.write(
+                    f"{token.name}  {token.prefix}…  {scope}  by {token.created_by or '-'}  "
+                    f"{_expiry(token, now)}  last used {used}"
+                )
+        elif not tokens.revoke(options["name"], actor=Actor.cli()):
             raise CommandError(f"apitoken revoke: no token named {options['name']!r}", returncode=1)
         else:
             self.stdout.write(f"revoked {options['name']}")
+
+
+def _seconds(value: int | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+def _expiry(token: ApiToken, now: datetime) -> str:
+    if token.expires_at is None:
+        return "never expires"
+    verb = "expired" if token.expires_at <= now else "expires"
+    return f"{verb} {token.expires_at.isoformat()}"

@@ -21,7 +21,8 @@ from django.core.management.base import (
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
-from jobs import cli, presenting, registry, retention, services
+from jobs import cli, presenting, registry, services
+from jobs.audit import Actor
 from jobs.exceptions import JobNotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
@@ -224,7 +225,7 @@ class Command(BaseCommand):
             policies={f: options[f] for f in cli.POLICIES if options[f] is not None},
         )
         try:
-            job = services.create_job(definition)
+            job = services.create_job(definition, actor=Actor.cli())
         except ValidationError as exc:
             raise cli.CliError("add", cli.validation_detail(exc)) from None
         state = "" if job.enabled else ", paused"
@@ -261,17 +262,19 @@ class Command(BaseCommand):
 
     def _verb_run(self, options: dict[str, Any]) -> None:
         # A broker outage is logged, not raised: the run is recorded and stays scheduled.
-        run = services.run_now(options["name"])
+        run = services.run_now(options["name"], actor=Actor.cli())
         self.stdout.write(str(run.pk))
 
     def _verb_pause(self, options: dict[str, Any]) -> None:
-        self.stdout.write(f"paused {services.pause(options['name']).name}")
+        job = services.pause(options["name"], actor=Actor.cli())
+        self.stdout.write(f"paused {job.name}")
 
     def _verb_resume(self, options: dict[str, Any]) -> None:
-        self.stdout.write(f"resumed {services.resume(options['name']).name}")
+        job = services.resume(options["name"], actor=Actor.cli())
+        self.stdout.write(f"resumed {job.name}")
 
     def _verb_remove(self, options: dict[str, Any]) -> None:
-        services.remove(options["name"])
+        services.remove(options["name"], actor=Actor.cli())
         self.stdout.write(f"removed {options['name']}")
 
     def _verb_runs(self, options: dict[str, Any]) -> None:
@@ -347,7 +350,7 @@ class Command(BaseCommand):
         self._table(("NAME", "SCHEDULE", "SUMMARY"), rows, "registered job functions")
 
     def _verb_prune(self, options: dict[str, Any]) -> None:
-        result = retention.prune(dry_run=options["dry_run"])
+        result = services.prune(dry_run=options["dry_run"], actor=Actor.cli())
         if options["json"]:
             self._json(
                 {

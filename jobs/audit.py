@@ -1,0 +1,127 @@
+"""The audit trail: who did what to which job, lease or token, when, with the values before and
+after.
+
+Entries are written by the write paths themselves (``jobs.services`` for jobs and leases,
+``jobs.tokens`` for tokens), inside the transaction of the change, so an entry exists exactly
+when its change was committed, whichever edge (admin, CLI, API) asked for it. Not by signals:
+bulk updates and raw SQL bypass them. Each committed entry is also logged on ``jobs.audit``.
+
+What ``before`` and ``after`` hold: for ``add`` the whole new job (``before`` null), for
+``delete`` the whole job as it was (``after`` null), for ``edit`` only the fields that changed,
+for pause/resume ``enabled``, for a lease its holder and token, for a token its name, scope,
+creator and expiry (never its secret or a part of it).
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.db import transaction
+
+from jobs.models import AuditAction, AuditEntry, AuditSource, Job
+from jobs.presenting import POLICIES, schedule_words
+
+log = logging.getLogger("jobs.audit")
+
+# The fields a job's state is recorded with, in the order people read them.
+JOB_FIELDS = ("name", "task", "kind", "enabled", "schedule", "args", "kwargs", *POLICIES)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts, and through which edge. ``str(actor)`` is what entries record."""
+
+    kind: str  # user, token, cli or code
+    name: str
+    source: AuditSource
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+    @classmethod
+    def user(cls, user: AbstractBaseUser | AnonymousUser, source: AuditSource) -> Actor:
+        return cls("user", user.get_username(), source)
+
+    @classmethod
+    def token(cls, name: str) -> Actor:
+        return cls("token", name, AuditSource.API)
+
+    @classmethod
+    def cli(cls) -> Actor:
+        """The operating-system user running ``manage.py``."""
+        return cls("cli", _os_user(), AuditSource.CLI)
+
+    @classmethod
+    def code(cls, what: str) -> Actor:
+        """Python code calling the services itself (declared jobs synced, scripts, tests)."""
+        return cls("code", what, AuditSource.CODE)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # a uid with no passwd entry (containers) and no $USER
+        return f"uid{os.getuid()}"
+
+
+def job_state(job: Job) -> dict[str, Any]:
+    """The job as entries record it; expects its beat entry selected with it."""
+    values = {name: getattr(job, name) for name in JOB_FIELDS if name != "schedule"}
+    values["schedule"] = schedule_words(job)
+    return {name: values[name] for name in JOB_FIELDS}
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Only the keys whose values differ, on each side."""
+    keys = [key for key in after if before.get(key) != after[key]]
+    return {key: before.get(key) for key in keys}, {key: after[key] for key in keys}
+
+
+def record(
+    actor: Actor,
+    action: AuditAction,
+    *,
+    job: Job | None = None,
+    job_name: str = "",
+    target: str = "",
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """Write one entry in the current transaction; log it once that commits."""
+    entry = AuditEntry.objects.create(
+        actor=str(actor),
+        source=actor.source,
+        action=action,
+        job=job,
+        job_name=job.name if job is not None else job_name,
+        target=target,
+        before=before,
+        after=after,
+    )
+    transaction.on_commit(lambda: _log(entry))
+    return entry
+
+
+def _log(entry: AuditEntry) -> None:
+    log.info(
+        "audit: %s %s by %s",
+        entry.action,
+        entry.job_name or entry.target or "-",
+        entry.actor,
+        extra={
+            "action": "audit",
+            "audit_action": entry.action,
+            "actor": entry.actor,
+            "source": entry.source,
+            "job": entry.job_name,
+            "target": entry.target,
+            "before": entry.before,
+            "after": entry.after,
+        },
+    )
