@@ -18,6 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from jobs import dispatch, tokens
+from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.acceptance.test_beats_cluster import (
@@ -85,7 +86,8 @@ def test_corrupted_rows_leave_every_beat_up_and_every_other_job_on_time(
     steady = _jobs(cluster, log, [(f"steady-1-{n}", 1) for n in range(3)], overlap="allow")
     [victim, odd_kwargs] = _jobs(cluster, log, [("victim-1-0", 1), ("odd-1-0", 1)])
     interval_id = victim.periodic_task.interval_id  # type: ignore[union-attr]
-    bearer = {"authorization": f"Bearer {tokens.create('acceptance')[1]}"}
+    secret = tokens.create("acceptance", actor=Actor.code("tests"))[1]
+    bearer = {"authorization": f"Bearer {secret}"}
     start = _second(timezone.now()) + timedelta(seconds=2)
     _wait_until(start + timedelta(seconds=2))
 
