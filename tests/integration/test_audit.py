@@ -112,6 +112,23 @@ def test_the_admin_records_add_edit_and_delete_with_the_user(admin_client: Clien
     assert {e.job_id for e in (added, edited, deleted)} == {None}
 
 
+def test_deleting_several_jobs_in_the_admin_records_each(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    jobs = [make_job("a"), make_job("b")]
+
+    response = admin_client.post(
+        reverse("admin:jobs_job_changelist"),
+        {"action": "delete_selected", "_selected_action": [j.pk for j in jobs], "post": "yes"},
+    )
+
+    assert response.status_code == 302
+    assert not Job.objects.exists()
+    deleted = entries(action="delete")
+    assert sorted(e.job_name for e in deleted) == ["a", "b"]
+    assert {(e.actor, e.source) for e in deleted} == {("user:admin", "admin")}
+
+
 def test_a_rejected_admin_edit_records_nothing(
     admin_client: Client, make_job: Callable[..., Job]
 ) -> None:
@@ -154,6 +171,18 @@ def test_the_admin_actions_are_recorded(admin_client: Client, make_job: Callable
     assert (release.action, release.target) == ("release_lease", job.lock_key)
     assert release.before == {"holder": "w1@host:7:run-1", "token": held.token, "live": True}
     assert release.after == {"holder": "w1@host:7:run-1", "token": held.token, "live": False}
+
+
+def test_the_token_admin_shows_creator_and_expiry(admin_client: Client) -> None:
+    token, _secret = tokens.create("ci", actor=TESTS, expires_in=timedelta(days=30))
+    assert token.expires_at is not None
+
+    listing = admin_client.get(reverse("admin:jobs_apitoken_changelist"))
+
+    assert listing.status_code == 200
+    (shown,) = listing.context["cl"].result_list
+    assert (shown.created_by, shown.expires_at) == ("code:tests", token.expires_at)
+    assert "code:tests" in listing.content.decode()
 
 
 def test_revoking_a_token_in_the_admin_is_recorded(admin_client: Client) -> None:
