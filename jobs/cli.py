@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TypeVar
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
+from jobs import jsonvalues
 from jobs.models import Job, JobRun, Lease, Node
 from jobs.presenting import schedule_error, schedule_words
 from jobs.registry import POLICY_FIELDS, JobSpec
@@ -187,9 +188,16 @@ def instant(text: str) -> datetime:
 @argument_type
 def json_value(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{text!r} is not valid JSON: {exc}") from None
+        value = jsonvalues.loads(text)
+        jsonvalues.check_storable(value)
+    except ValueError as exc:
+        raise ValueError(f"{_shown(text)}: {exc}") from None
+    return value
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text`` quoted for an error line, cut short: a value may be megabytes long."""
+    return repr(text) if len(text) <= limit else repr(text[: limit - 1]) + "…"
 
 
 @argument_type

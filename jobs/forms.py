@@ -14,8 +14,9 @@ from django import forms
 from django.contrib.admin.widgets import AdminRadioSelect, AdminSplitDateTime
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.forms.fields import InvalidJSONInput, JSONString
 
-from jobs import beat_link, registry, services
+from jobs import beat_link, jsonvalues, registry, services
 from jobs.audit import Actor
 from jobs.models import Job, JobKind
 from jobs.registry import POLICY_FIELDS
@@ -44,6 +45,32 @@ class ScheduleType(models.TextChoices):
     CRON = "cron", "cron"
     ONE_OFF = "one_off", "one-off"
     CONTINUOUS = "continuous", "continuous (always running on one node)"
+
+
+class ArgumentsField(forms.JSONField):
+    """Django's JSON field, reading through ``jobs.jsonvalues``: whatever is typed (a NUL, an
+    integer of thousands of digits, deep nesting) is a message on the field, never a 500."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and value not in self.empty_values and not self.disabled:
+            try:
+                value = jsonvalues.loads(value)
+                jsonvalues.check_storable(value)
+            except ValueError as exc:
+                raise ValidationError(f"Enter valid JSON: {exc}.", code="invalid") from None
+            if isinstance(value, str):
+                return JSONString(value)
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        try:
+            value = jsonvalues.loads(data)
+            jsonvalues.check_storable(value)
+        except ValueError:
+            return InvalidJSONInput(data)  # shown again as it was typed
+        return value
 
 
 class JobForm(forms.ModelForm):
@@ -86,6 +113,7 @@ class JobForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ("name", "task", "enabled", "args", "kwargs", *POLICY_FIELD_ORDER)
+        field_classes = {"args": ArgumentsField, "kwargs": ArgumentsField}
         widgets = {
             "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
@@ -209,13 +237,14 @@ def _cron(expr: str, tz: str) -> Cron:
         raise ValidationError({"cron": "Give a cron expression, e.g. 30 2 * * *."})
     errors: dict[str, str] = {}
     try:
-        expr = validate_cron(expr)
-    except ValueError as exc:
-        errors["cron"] = str(exc)
-    try:
         validate_timezone(tz)
     except ValueError as exc:
         errors["timezone"] = str(exc)
+        tz = "UTC"  # the expression is still checked, so both mistakes show at once
+    try:
+        expr = validate_cron(expr, tz)
+    except ValueError as exc:
+        errors["cron"] = str(exc)
     if errors:
         raise ValidationError(errors)
     return Cron(expr=expr, tz=tz)

@@ -10,15 +10,31 @@ from __future__ import annotations
 import re
 import zoneinfo
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 
 from cron_descriptor import get_description
-from croniter import croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 _DURATION_PART = re.compile(r"(\d+)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
 # django-celery-beat stores intervals in a 32-bit integer; ten years is plenty for a schedule.
 MAX_DURATION_SECONDS = 10 * 365 * 86400
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+# What people type is bounded before any parser sees it. A cron expression: its whole length
+# (croniter's work grows with it), and each field's, by the django-celery-beat column that stores
+# it (CrontabSchedule's max_length), so a long field is a message here, not a database error.
+MAX_CRON_LENGTH = 200
+CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+CRON_FIELD_MAX_LENGTHS = (240, 96, 124, 64, 64)
+# A cron that matches no date (30 February) would stop the beat that asks for its next slot, so
+# it is refused: it must fire within this many years. (A five-field cron that fires at all
+# fires every year, or every leap year for 29 February.)
+CRON_HORIZON_YEARS = 5
+# IANA names: letters, digits, "_", "+", "-", in "/"-separated parts, the longest 32 characters
+# (63: the CrontabSchedule column). No dot, so no "..", and no NUL reaches zoneinfo or the database.
+MAX_TIMEZONE_LENGTH = 63
+_TIMEZONE_NAME = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*\Z")
 
 
 @dataclass(frozen=True)
@@ -41,8 +57,8 @@ class Cron:
     tz: str = "UTC"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "expr", validate_cron(self.expr))
         validate_timezone(self.tz)
+        object.__setattr__(self, "expr", validate_cron(self.expr, self.tz))
 
     @property
     def fields(self) -> list[str]:
@@ -58,6 +74,14 @@ class At:
     def __post_init__(self) -> None:
         if self.when.tzinfo is None:
             raise ValueError("the time must include a time zone offset, e.g. 2030-01-01T09:00Z")
+        try:
+            # Stored and compared in UTC: 0001-01-01T00:00+14:00 has no UTC instant.
+            self.when.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(
+                f"{self.when.isoformat()} is out of range in UTC: give a time between the "
+                "years 1 and 9999"
+            ) from None
 
 
 Schedule = Every | Cron | At
@@ -107,23 +131,58 @@ def parse_interval(text: str | int | float | timedelta) -> Every:
     return Every(seconds=int(seconds))
 
 
-def validate_cron(expr: str) -> str:
-    normalized = " ".join(expr.split())
-    if len(normalized.split()) != 5:
+def validate_cron(expr: str, tz: str = "UTC") -> str:
+    """The expression with its fields one space apart, if it is five valid cron fields that
+    fire within ``CRON_HORIZON_YEARS`` in the time zone ``tz`` (a valid one)."""
+    if len(expr) > MAX_CRON_LENGTH:
+        raise ValueError(f"the cron expression is too long: at most {MAX_CRON_LENGTH} characters")
+    fields = expr.split()
+    if len(fields) != 5:
         raise ValueError(
             f"{expr!r} is not a cron expression: give five fields "
             "(minute hour day-of-month month day-of-week), e.g. '30 2 * * *'"
         )
-    if not croniter.is_valid(normalized):
-        raise ValueError(f"{expr!r} is not a valid cron expression")
+    for name, text, limit in zip(CRON_FIELDS, fields, CRON_FIELD_MAX_LENGTHS, strict=True):
+        if len(text) > limit:
+            raise ValueError(f"the {name} field is too long: at most {limit} characters")
+    normalized = " ".join(fields)
+    _check_fires(normalized, tz, datetime.now(UTC).date())
     return normalized
 
 
+@lru_cache(maxsize=4096)
+def _check_fires(expr: str, tz: str, today: date) -> None:
+    """Cached per day: a beat that loads thousands of jobs asks once per distinct schedule,
+    and an answer about the next years does not change within a day."""
+    wall = datetime.combine(today, time(), UTC).astimezone(validate_timezone(tz))
+    try:
+        # Matching is on wall-clock times (see jobs.slots), so start from the zone's wall clock.
+        matches = croniter(
+            expr, wall.replace(tzinfo=UTC), max_years_between_matches=CRON_HORIZON_YEARS
+        )
+        matches.get_next(datetime)
+    except CroniterBadDateError:
+        raise ValueError(
+            f"{expr!r} never fires: no date in the next {CRON_HORIZON_YEARS} years matches it "
+            "(a day the month does not have, such as 30 February?)"
+        ) from None
+    except (CroniterError, TypeError):  # croniter raises TypeError for some mixed ranges
+        raise ValueError(f"{expr!r} is not a valid cron expression") from None
+
+
 def validate_timezone(name: str) -> zoneinfo.ZoneInfo:
+    """The IANA time zone ``name``, checked for shape and length before zoneinfo opens a file."""
+    unknown = ValueError(f"{name!r} is not a known time zone, e.g. Europe/Paris or UTC")
+    if len(name) > MAX_TIMEZONE_LENGTH:
+        raise ValueError(
+            f"the time zone name is too long: at most {MAX_TIMEZONE_LENGTH} characters"
+        )
+    if not _TIMEZONE_NAME.match(name):
+        raise unknown
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{name!r} is not a known time zone, e.g. Europe/Paris or UTC") from None
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder (America)
+        raise unknown from None
 
 
 def parse_instant(text: str) -> At:

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.functions import Now
 
-from jobs import audit, beat_link, lease, registry, retention
+from jobs import audit, beat_link, jsonvalues, lease, registry, retention
 from jobs.audit import Actor
 from jobs.dispatch import trigger_now, trigger_once
 from jobs.exceptions import JobNotFound
@@ -78,6 +78,11 @@ def _argument_errors(job: Job) -> dict[str, list[str]]:
         return {"args": ['Positional arguments must be a JSON list, e.g. [1, "a"].']}
     if not isinstance(job.kwargs, dict):
         return {"kwargs": ['Keyword arguments must be a JSON object, e.g. {"city": "Paris"}.']}
+    for name in ("args", "kwargs"):
+        try:
+            jsonvalues.check_storable(getattr(job, name))
+        except ValueError as exc:
+            return {name: [f"Cannot be stored: {exc}."]}
     func = registry.get(job.task).func
     try:
         inspect.signature(func).bind(None, *job.args, **job.kwargs)

@@ -240,7 +240,7 @@ BAD_ADD_INPUT = [
     ),
     pytest.param(
         ["--every", "10s", "--args", "[1,"],
-        "jobs add: error: --args: '[1,' is not valid JSON",
+        "jobs add: error: --args: '[1,': not valid JSON",
         id="malformed-json-args",
     ),
     pytest.param(
@@ -327,6 +327,57 @@ BAD_ADD_INPUT = [
         ["--every", "10s", "--soft-time-limit", "1m", "--time-limit", "30s"],
         "jobs add: error: --soft-time-limit: must be below --time-limit (30s)",
         id="soft-limit-above-hard",
+    ),
+    # Hostile values (issue 10): each one line naming its flag, never a traceback.
+    pytest.param(
+        ["--cron", "0 0 31 2 *"],
+        "jobs add: error: --cron: '0 0 31 2 *' never fires: no date in the next 5 years",
+        id="cron-never-fires",
+    ),
+    pytest.param(
+        ["--cron", "0 0 30 2 *", "--tz", "Europe/Paris"],
+        "jobs add: error: --cron: '0 0 30 2 *' never fires",
+        id="cron-never-fires-in-a-zone",
+    ),
+    pytest.param(
+        ["--cron", "0 0 * * " + ",".join(["1"] * 200)],
+        "jobs add: error: --cron: the cron expression is too long: at most 200 characters",
+        id="cron-too-long",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "America"],
+        "jobs add: error: --tz: 'America' is not a known time zone",
+        id="tz-a-folder",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "Z" * 5000],
+        "jobs add: error: --tz: the time zone name is too long: at most 63 characters",
+        id="tz-5000-characters",
+    ),
+    pytest.param(
+        ["--at", "0001-01-01T00:00:00+14:00"],
+        "jobs add: error: --at: 0001-01-01T00:00:00+14:00 is out of range in UTC",
+        id="at-out-of-range",
+    ),
+    pytest.param(
+        ["--every", "10s", "--kwargs", '{"city": "\\u0000"}'],
+        "jobs add: error: --kwargs: '{\"city\": \"\\\\u0000\"}': a string cannot contain the NUL",
+        id="kwargs-nul",
+    ),
+    pytest.param(
+        ["--every", "10s", "--args", "[" + "7" * 5000 + "]"],
+        "jobs add: error: --args: '[777",
+        id="args-huge-integer",
+    ),
+    pytest.param(
+        ["--every", "10s", "--args", "[" * 50_000 + "]" * 50_000],
+        "jobs add: error: --args: '[[[",
+        id="args-deeply-nested",
+    ),
+    pytest.param(
+        ["--every", "10s", "--kwargs", '{"city": Infinity}'],
+        "jobs add: error: --kwargs: '{\"city\": Infinity}': inf is not a number JSON can store",
+        id="kwargs-infinite",
     ),
     pytest.param(
         ["--every", "10s", "--colour", "red"],
@@ -455,8 +506,24 @@ def _manage(*args: str) -> subprocess.CompletedProcess[str]:
         ["add", "x", "--task", "t", "--cron", "0 * * * *", "--tz", "Mars/Olympus"],
         ["add", "x", "--task", "t", "--every", "10s", "--overlap", "sometimes"],
         ["frobnicate"],
+        ["add", "x", "--task", "t", "--cron", "0 * * * *", "--tz", "America"],
+        ["add", "x", "--task", "t", "--every", "1m", "--kwargs", '{"a": "\\u0000"}'],
+        ["add", "x", "--task", "t", "--cron", "0 0 * * " + ",".join(["1"] * 200)],
+        ["add", "x", "--task", "t", "--at", "0001-01-01T00:00:00+14:00"],
+        ["add", "x", "--task", "t", "--cron", "0 0 31 2 *"],
     ],
-    ids=["negative-interval", "two-schedules", "bad-tz", "unknown-policy-value", "unknown-verb"],
+    ids=[
+        "negative-interval",
+        "two-schedules",
+        "bad-tz",
+        "unknown-policy-value",
+        "unknown-verb",
+        "tz-a-folder",
+        "kwargs-nul",
+        "cron-too-long",
+        "at-out-of-range",
+        "cron-never-fires",
+    ],
 )
 def test_a_shell_gets_the_same_single_line_and_status_2(args: list[str]) -> None:
     result = _manage(*args)

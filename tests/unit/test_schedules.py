@@ -94,3 +94,63 @@ def test_format_duration_round_trips() -> None:
 def test_absurd_durations_are_a_value_error_not_an_overflow(text: str | float) -> None:
     with pytest.raises(ValueError, match="too long"):
         parse_duration(text)
+
+
+# --- validation that knows the calendar, and bounds checked before any library ------------
+
+
+@pytest.mark.parametrize("expr", ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *", "0 0 * 2 1#5"])
+def test_a_cron_that_never_fires_is_refused(expr: str) -> None:
+    with pytest.raises(ValueError, match=r"never fires: no date in the next 5 years"):
+        validate_cron(expr)
+    with pytest.raises(ValueError, match="never fires"):
+        Cron(expr, "Pacific/Kiritimati")
+
+
+@pytest.mark.parametrize("expr", ["0 0 29 2 *", "0 0 31 * *", "0 0 L 2 *", "0 0 31 2 mon"])
+def test_a_rare_cron_that_does_fire_is_accepted(expr: str) -> None:
+    assert Cron(expr, "Europe/Paris").expr == expr
+
+
+def test_a_long_cron_is_refused_before_croniter_reads_it() -> None:
+    with pytest.raises(ValueError, match="too long: at most 200 characters"):
+        validate_cron("1," * 150 + "0 * * * *")
+    with pytest.raises(ValueError, match="the hour field is too long: at most 96"):
+        validate_cron("0 " + ",".join(["1"] * 60) + " * * *")
+
+
+def test_the_field_limits_are_the_beat_columns() -> None:
+    from django_celery_beat.models import CrontabSchedule
+
+    from jobs.schedules import CRON_FIELD_MAX_LENGTHS, MAX_TIMEZONE_LENGTH
+
+    columns = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+    widths = tuple(CrontabSchedule._meta.get_field(name).max_length for name in columns)
+    assert widths == CRON_FIELD_MAX_LENGTHS
+    assert CrontabSchedule._meta.get_field("timezone").max_length == MAX_TIMEZONE_LENGTH
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("America", "not a known time zone"),  # a folder of the zone database
+        ("Etc", "not a known time zone"),
+        ("Europe/Paris\x00", "not a known time zone"),
+        ("../../etc/passwd", "not a known time zone"),
+        ("Europe/", "not a known time zone"),
+        ("", "not a known time zone"),
+        ("Europe/Paris Summer", "not a known time zone"),
+        ("A" * 5000, "too long: at most 63 characters"),
+    ],
+)
+def test_a_time_zone_is_checked_before_zoneinfo_opens_anything(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        validate_timezone(name)
+    with pytest.raises(ValueError, match=message):
+        Cron("0 9 * * *", name)
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_an_instant_without_a_utc_equivalent_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="out of range in UTC"):
+        parse_instant(text)

@@ -382,7 +382,11 @@ def _schedule(options: dict[str, Any]) -> Schedule | None:
     if options["every"] is not None:
         return options["every"]  # already an Every
     if options["cron"] is not None:
-        return Cron(expr=options["cron"], tz=options["tz"] or "UTC")
+        try:
+            # Each flag was checked alone; whether the cron fires is judged in its time zone.
+            return Cron(expr=options["cron"], tz=options["tz"] or "UTC")
+        except ValueError as exc:
+            raise cli.CliError("add", f"--cron: {exc}") from None
     if options["at"] is not None:
         return At(when=options["at"])
     return None
