@@ -14,7 +14,6 @@ for an unknown job or run, 405 for a wrong method, 503 when the database is unre
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -22,7 +21,8 @@ from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.exceptions import ValidationError
+from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, ValidationError
 from django.db import InterfaceError, OperationalError
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -32,7 +32,7 @@ from django.utils.dateparse import parse_datetime
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs import beat_link, presenting, services, tokens
+from jobs import beat_link, jsonvalues, presenting, services, tokens
 from jobs.audit import Actor
 from jobs.exceptions import JobNotFound, NotTriggerable, TokenRefused
 from jobs.models import (
@@ -87,38 +87,64 @@ def invalid(fields: Mapping[str, list[str]]) -> ApiError:
 
 def endpoint(methods: Mapping[str, str | None]) -> Callable[[View], View]:
     """``methods`` maps each allowed method to the permission a staff session needs for it
-    (``None``: no authentication at all). Tokens may do everything, read-only ones only read."""
+    (``None``: no authentication at all). Tokens may do everything, read-only ones only read.
+    HEAD is GET without the body; OPTIONS answers the ``Allow`` header to anyone."""
+    allowed = dict(methods)
+    if "GET" in allowed:
+        allowed["HEAD"] = allowed["GET"]
+    allow = ", ".join([*allowed, "OPTIONS"])
 
     def decorate(view: View) -> View:
         @csrf_exempt
         @wraps(view)
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             method = request.method or "GET"
-            try:
-                if method not in methods:
-                    refused = error_response(ApiError(405, f"{method} is not allowed"))
-                    refused["Allow"] = ", ".join(methods)
-                    return refused
-                permission = methods[method]
-                if permission is not None:
-                    setattr(request, _ACTOR, _authorize(request, permission))
-                response = view(request, *args, **kwargs)
-            except ApiError as exc:
-                return error_response(exc)
-            except JobNotFound as exc:
-                return error_response(ApiError(404, str(exc)))
-            except NotTriggerable as exc:
-                return error_response(ApiError(409, str(exc)))
-            except (OperationalError, InterfaceError):
-                # Unreachable or restarting: worth a retry. Other database errors are bugs.
-                log.exception("API request failed on the database", extra={"action": "api_db"})
-                return error_response(ApiError(503, "the database is unavailable; retry later"))
-            response["Cache-Control"] = "no-store"
+            if method == "OPTIONS":
+                response = HttpResponse(status=204)
+                response["Allow"] = allow
+                return response
+            response = _answer(request, method, allowed, allow, view, *args, **kwargs)
+            if method == "HEAD":
+                # The length GET would send; the WSGI server may not strip a HEAD's body itself.
+                response["Content-Length"] = str(len(response.content))
+                response.content = b""
             return response
 
         return wrapped
 
     return decorate
+
+
+def _answer(
+    request: HttpRequest,
+    method: str,
+    allowed: Mapping[str, str | None],
+    allow: str,
+    view: View,
+    *args: Any,
+    **kwargs: Any,
+) -> HttpResponse:
+    try:
+        if method not in allowed:
+            refused = error_response(ApiError(405, f"{method} is not allowed"))
+            refused["Allow"] = allow
+            return refused
+        permission = allowed[method]
+        if permission is not None:
+            setattr(request, _ACTOR, _authorize(request, permission))
+        response = view(request, *args, **kwargs)
+    except ApiError as exc:
+        return error_response(exc)
+    except JobNotFound as exc:
+        return error_response(ApiError(404, str(exc)))
+    except NotTriggerable as exc:
+        return error_response(ApiError(409, str(exc)))
+    except (OperationalError, InterfaceError):
+        # Unreachable or restarting: worth a retry. Other database errors are bugs.
+        log.exception("API request failed on the database", extra={"action": "api_db"})
+        return error_response(ApiError(503, "the database is unavailable; retry later"))
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 # The methods that change nothing: what a read-only token and a session without CSRF may send.
@@ -260,9 +286,9 @@ def _idempotency_key(request: HttpRequest) -> str:
 
 def _json_object(request: HttpRequest) -> dict[str, Any]:
     try:
-        body = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise invalid({"body": ["not valid JSON"]}) from None
+        body = jsonvalues.loads(request.body or b"null")
+    except ValueError as exc:
+        raise invalid({"body": [str(exc)]}) from None
     if not isinstance(body, dict):
         raise invalid({"body": ["must be a JSON object"]})
     return body
@@ -507,11 +533,18 @@ def audit_collection(request: HttpRequest) -> HttpResponse:
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """Django's 400 (e.g. a Host header not in DJANGO_ALLOWED_HOSTS): JSON under /api/, the
-    stock page elsewhere."""
-    if request.path.startswith("/api/"):
+    """Django's 400 (a Host header not in DJANGO_ALLOWED_HOSTS, a body over
+    DATA_UPLOAD_MAX_MEMORY_SIZE, ...): JSON under /api/ saying which, the stock page elsewhere."""
+    if not request.path.startswith("/api/"):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(
+            ApiError(413, f"the request body is too large: at most {limit} bytes")
+        )
+    if isinstance(exception, DisallowedHost):
         return error_response(ApiError(400, "bad request: the Host header is not allowed here"))
-    return defaults.bad_request(request, exception)
+    return error_response(ApiError(400, f"bad request: {exception}"))
 
 
 def not_found(request: HttpRequest) -> HttpResponse:

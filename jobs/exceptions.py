@@ -11,6 +11,10 @@ class UnknownJobFunction(JobsError):
     """A job names a function that no module registered with ``@job``."""
 
 
+class BadLockKey(JobsError):
+    """A job's declaration cannot derive a usable lock key from the job's arguments."""
+
+
 class RegistryConflict(JobsError):
     """Two functions were registered under one name."""
 

@@ -21,12 +21,15 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from jobs import dispatch, logcontext, policies, records, registry, shutdown_notice
 from jobs.context import JobContext
-from jobs.exceptions import UnknownJobFunction
+from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.keeper import LeaseKeeper
 from jobs.lease import HeldLease
-from jobs.models import Job, Overlap, RunStatus
+from jobs.models import Job, Lease, Overlap, RunStatus
 
 log = logging.getLogger(__name__)
+
+# The longest key a lease row (and a run's lease_key) holds.
+LOCK_KEY_MAX_LENGTH: int = Lease._meta.get_field("key").max_length or 0
 
 # A connection used by a run less than this ago is known to work (see _recycle_connection).
 HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
@@ -78,8 +81,8 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
     try:
         spec = registry.get(job.task)
         key = lock_key_for(job, spec)
-    except Exception as exc:  # an unknown function, or arguments its lock key cannot use
-        error = str(exc) if isinstance(exc, UnknownJobFunction) else f"lock key: {exc!r}"
+    except (UnknownJobFunction, BadLockKey) as exc:  # e.g. a row written around validation
+        error = str(exc) if isinstance(exc, UnknownJobFunction) else f"lock key {exc}"
         _finish(job, claim, claim.lease, Outcome(RunStatus.FAILED, error=error), fields)
         return
 
@@ -160,12 +163,24 @@ def _token(held: HeldLease | None) -> int | None:
 
 
 def lock_key_for(job: Job, spec: registry.JobSpec) -> str:
-    """The job's own key, or the one its declaration derives from its arguments."""
+    """The job's own key, or the one its declaration derives from its arguments (``BadLockKey``
+    when it cannot, or derives one the lease table cannot hold)."""
     if spec.lock_key is None:
         return job.lock_key
-    if callable(spec.lock_key):
-        return str(spec.lock_key(*job.args, **job.kwargs))
-    return spec.lock_key.format(*job.args, **job.kwargs)
+    try:
+        if callable(spec.lock_key):
+            key = str(spec.lock_key(*job.args, **job.kwargs))
+        else:
+            key = spec.lock_key.format(*job.args, **job.kwargs)
+    except Exception as exc:  # the declaration's own code: whatever it raises
+        raise BadLockKey(f"cannot be derived from the arguments: {exc!r}") from exc
+    if len(key) > LOCK_KEY_MAX_LENGTH:
+        raise BadLockKey(
+            f"is {len(key)} characters long with these arguments, at most {LOCK_KEY_MAX_LENGTH}"
+        )
+    if "\x00" in key:
+        raise BadLockKey("contains a NUL character with these arguments")
+    return key
 
 
 def _settle(outcome: Outcome, job: Job, keeper: LeaseKeeper) -> Outcome:

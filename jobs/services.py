@@ -18,9 +18,10 @@ from django.db.models.functions import Now
 from jobs import audit, beat_link, jsonvalues, lease, registry, retention
 from jobs.audit import Actor
 from jobs.dispatch import trigger_now, trigger_once
-from jobs.exceptions import JobNotFound
+from jobs.exceptions import BadLockKey, JobNotFound
 from jobs.models import JOB_DISPLAY_RELATED, AuditAction, Job, JobKind, JobRun, Lease, Trigger
 from jobs.registry import POLICY_FIELDS
+from jobs.runner import lock_key_for
 from jobs.schedules import Schedule
 
 
@@ -83,11 +84,17 @@ def _argument_errors(job: Job) -> dict[str, list[str]]:
             jsonvalues.check_storable(getattr(job, name))
         except ValueError as exc:
             return {name: [f"Cannot be stored: {exc}."]}
-    func = registry.get(job.task).func
+    spec = registry.get(job.task)
+    field = "kwargs" if job.kwargs else "args"
     try:
-        inspect.signature(func).bind(None, *job.args, **job.kwargs)
+        inspect.signature(spec.func).bind(None, *job.args, **job.kwargs)
     except TypeError as exc:
-        return {"kwargs" if job.kwargs else "args": [f"{job.task} cannot take them: {exc}."]}
+        return {field: [f"{job.task} cannot take them: {exc}."]}
+    try:
+        # Refused now rather than failing every run: the key is derived before each one.
+        lock_key_for(job, spec)
+    except BadLockKey as exc:
+        return {field: [f"The lock key of {job.task} {exc}."]}
     return {}
 
 

@@ -61,6 +61,8 @@ MIDDLEWARE = [
     # and the HTTPS redirect, so a load balancer or Prometheus can reach them by IP (issue 6).
     "jobs.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A NUL in a URL (admin filters, searches, object ids) is a 400, not a database error.
+    "jobs.urlchecks.RefuseNulInUrl",
     # Serves the admin's static files from the image (collectstatic) without a separate server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

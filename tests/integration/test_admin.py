@@ -221,6 +221,11 @@ BAD_INPUTS = [
         id="time-zone-nul",
     ),
     pytest.param(
+        {"task": "tests.by_city", "kwargs": '{"log": "-", "city": "%s"}' % ("x" * 300)},
+        "kwargs",
+        id="lock-key-too-long",
+    ),
+    pytest.param(
         {"schedule_type": "one_off", "run_at_0": "0001-01-01", "run_at_1": "00:00"},
         None,
         id="instant-year-1-is-fine-in-utc",
@@ -513,3 +518,26 @@ def test_lease_list_says_whether_each_lease_is_valid(admin_client):
 def test_beat_models_are_not_in_the_admin():
     for model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule, ClockedSchedule):
         assert not admin.site.is_registered(model)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/jobs/jobrun/?node=%00",
+        "/admin/jobs/jobrun/?q=%00",
+        "/admin/jobs/jobrun/?status=failed&node=a%00b&node=b",
+        "/admin/jobs/job/?task=%00",
+        "/admin/jobs/job/?q=report%00",
+        "/admin/jobs/lease/?q=%00",
+        "/admin/jobs/lease/job%3Ax%00/change/",
+        "/admin/jobs/node/?q=%00",
+        "/admin/auth/user/?q=%00",
+    ],
+)
+def test_a_nul_in_an_admin_url_is_a_400_not_a_500(admin_client, url):
+    _job_with_history("report")
+
+    response = admin_client.get(url)
+
+    assert response.status_code == 400
+    assert b"NUL" in response.content

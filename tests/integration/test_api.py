@@ -204,7 +204,36 @@ def test_wrong_method_is_405_with_allow(api: Client) -> None:
     response = api.delete("/api/jobs")
 
     assert response.status_code == 405
-    assert response["Allow"] == "GET"
+    assert response["Allow"] == "GET, HEAD, OPTIONS"
+
+
+def test_head_answers_like_get_without_a_body(api: Client, make_job: Callable[..., Job]) -> None:
+    make_job("report")
+    for path in ("/api/jobs", "/api/jobs/report", "/api/jobs/report/runs", "/api/openapi.json"):
+        got = api.get(path)
+        head = api.head(path)
+        assert head.status_code == 200, path
+        assert head.content == b""
+        assert head["Content-Type"] == got["Content-Type"] == "application/json"
+        assert head["Content-Length"] == str(len(got.content))
+
+
+def test_head_needs_the_same_credentials_as_get(client: Client) -> None:
+    assert client.head("/api/jobs").status_code == 401
+
+
+def test_options_lists_the_allowed_methods(client: Client, make_job: Callable[..., Job]) -> None:
+    make_job("report")
+    expected = {
+        "/api/jobs": "GET, HEAD, OPTIONS",
+        "/api/jobs/report": "GET, PATCH, HEAD, OPTIONS",
+        "/api/jobs/report/runs": "GET, POST, HEAD, OPTIONS",
+        "/api/jobs/report/pause": "POST, OPTIONS",
+    }
+    for path, allow in expected.items():
+        response = client.options(path)  # no credentials: the methods are no secret
+        assert response.status_code == 204, path
+        assert response["Allow"] == allow
 
 
 # --- triggering ---------------------------------------------------------------------------------
@@ -354,7 +383,12 @@ def test_patch_enabled_alone_is_a_pause_not_an_edit(
         ('{"priority": 10}', ["priority"]),
         ('{"queue": "' + "q" * 101 + '"}', ["queue"]),
         ('{"soft_time_limit": 60, "time_limit": 30}', ["body"]),
+        ("[" * 100_000 + "]" * 100_000, ["body"]),
+        ('{"enabled": ' + "[" * 100_000 + "]" * 100_000 + "}", ["body"]),
+        ('{"priority": ' + "9" * 5000 + "}", ["body"]),
+        (b"\xff\xfe{}", ["body"]),
     ],
+    ids=lambda value: value[:40] if isinstance(value, str | bytes) else None,
 )
 def test_bad_patch_bodies_are_400_with_field_errors(
     api: Client, make_job: Callable[..., Job], body: str, fields: list[str]
@@ -478,6 +512,20 @@ def test_the_apitoken_command_prints_the_secret_once() -> None:
         tokens.authenticate(secret)
     with pytest.raises(CommandError, match="no token named"):
         call_command("apitoken", "revoke", "ci")
+
+
+def test_a_body_over_the_limit_is_a_json_413_saying_so(
+    api: Client, make_job: Callable[..., Job], settings: Any
+) -> None:
+    make_job("report")
+    body = '{"queue": "' + "q" * 10 * 1024 * 1024 + '"}'
+
+    response = api.generic("PATCH", "/api/jobs/report", body, content_type="application/json")
+
+    assert response.status_code == 413
+    assert response["Content-Type"] == "application/json"
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert response.json()["error"] == f"the request body is too large: at most {limit} bytes"
 
 
 def test_a_disallowed_host_gets_a_json_400_under_the_api(client: Any) -> None:

@@ -361,7 +361,7 @@ BAD_ADD_INPUT = [
     ),
     pytest.param(
         ["--every", "10s", "--kwargs", '{"city": "\\u0000"}'],
-        "jobs add: error: --kwargs: '{\"city\": \"\\\\u0000\"}': a string cannot contain the NUL",
+        'jobs add: error: --kwargs: \'{"city": "\\\\u0000"}\': a string cannot contain the NUL',
         id="kwargs-nul",
     ),
     pytest.param(
@@ -378,6 +378,18 @@ BAD_ADD_INPUT = [
         ["--every", "10s", "--kwargs", '{"city": Infinity}'],
         "jobs add: error: --kwargs: '{\"city\": Infinity}': inf is not a number JSON can store",
         id="kwargs-infinite",
+    ),
+    pytest.param(
+        [
+            "--every",
+            "1m",
+            "--task",
+            "tests.by_city",
+            "--kwargs",
+            '{"log": "-", "city": "%s"}' % ("x" * 300),
+        ],
+        "jobs add: error: --kwargs: The lock key of tests.by_city is 305 characters long",
+        id="lock-key-too-long",
     ),
     pytest.param(
         ["--every", "10s", "--colour", "red"],

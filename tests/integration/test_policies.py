@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
@@ -154,16 +155,52 @@ def test_a_callable_derives_the_key(make_job: Callable[..., Job], tmp_path: Path
     assert run.fencing_token == 1
 
 
+def _written_around_validation(job: Job, **kwargs: object) -> None:
+    """Arguments the services refuse, stored straight (SQL, an older version)."""
+    Job.objects.filter(pk=job.pk).update(kwargs={**job.kwargs, **kwargs})
+
+
 def test_arguments_the_lock_key_cannot_use_fail_the_run_clearly(
     make_job: Callable[..., Job], tmp_path: Path
 ) -> None:
-    job = make_job(task="tests.by_region", kwargs={"log": str(tmp_path / "l"), "region": None})
+    job = make_job(task="tests.by_region", kwargs={"log": str(tmp_path / "l"), "region": "Alps"})
+    _written_around_validation(job, region=None)
     run = _run_for(job)
     execute_run(run.pk, task_id="t", node="n")
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
-    assert run.error.startswith("lock key: AttributeError(")
+    assert run.error.startswith("lock key cannot be derived from the arguments: AttributeError(")
     assert not Lease.objects.exists()
+
+
+def test_a_lock_key_longer_than_the_lease_column_fails_the_run_with_the_reason(
+    make_job: Callable[..., Job], tmp_path: Path
+) -> None:
+    job = make_job(task="tests.by_city", kwargs={"log": str(tmp_path / "l"), "city": "Paris"})
+    _written_around_validation(job, city="x" * 300)
+    run = _run_for(job)
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (run.status, run.finished_at is not None) == (RunStatus.FAILED, True)
+    assert run.error == "lock key is 305 characters long with these arguments, at most 255"
+    assert not Lease.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("task", "kwargs", "message"),
+    [
+        ("tests.by_city", {"city": "x" * 300}, "is 305 characters long with these arguments"),
+        ("tests.by_region", {"region": None}, "cannot be derived from the arguments"),
+    ],
+)
+def test_a_lock_key_the_lease_cannot_use_is_refused_when_the_job_is_defined(
+    make_job: Callable[..., Job], task: str, kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        make_job(task=task, kwargs={"log": "-", **kwargs})
+    assert list(refused.value.message_dict) == ["kwargs"]
+    assert f"The lock key of {task} {message}" in refused.value.message_dict["kwargs"][0]
+    assert not Job.objects.exists()
 
 
 # --- overlap wait ---------------------------------------------------------------------------
