@@ -247,6 +247,18 @@ def test_bad_input_is_a_field_error_and_creates_nothing(admin_client, overrides,
     assert not PeriodicTask.objects.exists()
 
 
+def test_json_arguments_jsonb_can_hold_are_stored_losslessly(admin_client):
+    huge = int("9" * 4000)
+    nested = "[" * 30 + "]" * 30
+    text = '{"city": [' + str(huge) + ', 0.1, "é\\u2028😀", ' + nested + "]}"
+
+    response = admin_client.post(ADD_URL, form_data(kwargs=text))
+
+    assert response.status_code == 302, form_errors(response)
+    stored = Job.objects.get(name="report").kwargs["city"]
+    assert stored[:3] == [huge, 0.1, "é\u2028😀"]
+
+
 def test_a_slash_in_the_name_is_an_error_on_name(admin_client):
     response = admin_client.post(ADD_URL, form_data(name="reports/nightly"))
 
