@@ -36,7 +36,7 @@ from django.db import DatabaseError, connection
 
 from jobs import lease, registry, tenures
 from jobs.context import JobContext
-from jobs.exceptions import UnknownJobFunction
+from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.keeper import LeaseKeeper
 from jobs.lease import HeldLease
 from jobs.models import Job, RunStatus
@@ -467,23 +467,33 @@ class Supervisor:
                 spec: registry.JobSpec | None = registry.get(job.task)
             except UnknownJobFunction:
                 spec = None
-                if job.name not in self._warned:
-                    self._warned.add(job.name)
-                    log.warning(
-                        "continuous job %s: function %s is not registered on this node",
-                        job.name,
-                        job.task,
-                        extra={"action": "unknown_function", "job": job.name},
-                    )
+                self._warn_once(
+                    job.name,
+                    f"continuous job {job.name}: "
+                    f"function {job.task} is not registered on this node",
+                    "unknown_function",
+                )
             key = Job(name=job.name).lock_key
             if spec is not None and spec.lock_key is not None:
-                key = lock_key_for(Job(name=job.name, args=job.args, kwargs=job.kwargs), spec)
+                try:
+                    key = lock_key_for(Job(name=job.name, args=job.args, kwargs=job.kwargs), spec)
+                except BadLockKey as exc:
+                    # A row written around validation: that job alone is left unsupervised.
+                    self._warn_once(
+                        job.name, f"continuous job {job.name}: lock key {exc}", "bad_lock_key"
+                    )
+                    continue
                 if key not in self._extra_keys:
                     # Its lease was not in this snapshot: look again next tick, act then.
                     self._extra_keys.add(key)
                     continue
             keyed[key] = (job, spec)
         return keyed
+
+    def _warn_once(self, job_name: str, message: str, action: str) -> None:
+        if job_name not in self._warned:
+            self._warned.add(job_name)
+            log.warning(message, extra={"action": action, "job": job_name})
 
     def _stop_if_unwanted(
         self,

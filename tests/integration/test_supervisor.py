@@ -261,3 +261,26 @@ def test_a_free_job_its_planned_node_ignores_is_taken_after_the_fallback_delay(
     z.tick()
     assert not z.held()
     _ticks_until(z, lambda: job.lock_key in z.held(), "the fallback")
+
+
+def test_a_continuous_job_whose_lock_key_cannot_be_derived_leaves_the_others_supervised(
+    make_continuous: Callable[..., Job], supervisors: Callable[..., Supervisor], log: Path
+) -> None:
+    healthy = make_continuous("c0")
+    broken = create_job(
+        JobDefinition(
+            name="by-city",
+            task="tests.by_city",
+            schedule=None,
+            kwargs={"log": str(log), "city": "Paris"},
+        )
+    )
+    # Written around validation: a key longer than the lease column.
+    Job.objects.filter(pk=broken.pk).update(kwargs={"log": str(log), "city": "x" * 300})
+    a = supervisors("a@h")
+
+    a.tick()
+    a.tick()
+
+    assert set(a.held()) == {healthy.lock_key}
+    assert not JobRun.objects.filter(job=broken).exists()
