@@ -273,7 +273,8 @@ def test_a_continuous_job_whose_lock_key_cannot_be_derived_leaves_the_others_sup
             task="tests.by_city",
             schedule=None,
             kwargs={"log": str(log), "city": "Paris"},
-        )
+        ),
+        actor=Actor.code("tests"),
     )
     # Written around validation: a key longer than the lease column.
     Job.objects.filter(pk=broken.pk).update(kwargs={"log": str(log), "city": "x" * 300})
