@@ -71,6 +71,10 @@ def publish(
         options["producer"] = producer
     if eta is not None:
         options["eta"] = eta
+    if job.name != job.task:
+        # Celery's display name for the task (logs, events, so Flower): the job, not only its
+        # function. The message still names the function, which is what the worker runs.
+        options["shadow"] = job.name
     current_app.send_task(
         job.task,
         kwargs={"run_id": run_id, "job": job.name, "slot": scheduled_for.isoformat()},

@@ -33,3 +33,12 @@ class LeaseLost(JobsError):
 
 class TokenRefused(JobsError):
     """An API token that is unknown, revoked or expired; the message says which."""
+
+
+class RunFailed(JobsError):
+    """Raised to Celery after a run was recorded ``failed``, so Celery and Flower report the
+    task as a failure; the job's own exception, when there is one, is its cause."""
+
+
+class RunLost(JobsError):
+    """Raised to Celery after a run was recorded ``lost`` (its lease lapsed while it ran)."""

@@ -9,7 +9,7 @@ from typing import Any
 from jobs import beat_link, schedule_errors, slots
 from jobs.conf import get_ops_conf
 from jobs.dispatch import task_id_for
-from jobs.models import AuditEntry, Job, JobRun, ScheduleError
+from jobs.models import AuditEntry, Job, JobRun, ScheduleError, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedules import describe
 
@@ -45,9 +45,12 @@ def next_slot(job: Job, now: datetime) -> datetime | None:
 
 
 def flower_task_url(run: JobRun) -> str | None:
-    """The run's task in Flower, when ``FLOWER_URL`` is set."""
+    """The run's task in Flower, when ``FLOWER_URL`` is set. A continuous job's tenure is no
+    Celery task (its supervisor runs it, no message does), so Flower has no page for it."""
     base = get_ops_conf().flower_url
-    return f"{base}/task/{task_id_for(run.pk)}" if base else None
+    if not base or run.trigger == Trigger.CONTINUOUS:
+        return None
+    return f"{base}/task/{task_id_for(run.pk)}"
 
 
 def job_record(job: Job, now: datetime) -> dict[str, Any]:

@@ -77,6 +77,8 @@ class LostRun:
     run_id: int
     job_id: int
     retry: NewRun | None
+    node: str = ""  # the worker that was running it
+    error: str = ""  # why it was recorded lost
 
 
 # Guarantee 1: the partial unique index makes the first insert of a slot win; every other beat's
@@ -228,10 +230,10 @@ WITH finished AS (
                 ELSE NOT EXISTS (SELECT 1 FROM jobs_lease AS l
                                   WHERE l.key = r.lease_key AND l.token = r.fencing_token
                                     AND l.expires_at > {_AT}) END
-    RETURNING r.id, r.job_id, r.attempt, r.retry_of_id, r.status
+    RETURNING r.id, r.job_id, r.attempt, r.retry_of_id, r.status, r.node, r.error
 ),
 {_RETRY_CTE}
-SELECT f.id, f.job_id, retry.id, retry.scheduled_for
+SELECT f.id, f.job_id, retry.id, retry.scheduled_for, f.node, f.error
   FROM finished AS f LEFT JOIN retry ON retry.retry_of_id = f.id
  ORDER BY f.id
 """
@@ -451,8 +453,10 @@ def mark_lost_runs(now: datetime | None = None) -> list[LostRun]:
             retry=None
             if retry_id is None
             else NewRun(run_id=retry_id, job_id=job_id, scheduled_for=retry_at),
+            node=node or "",
+            error=error,
         )
-        for run_id, job_id, retry_id, retry_at in rows
+        for run_id, job_id, retry_id, retry_at, node, error in rows
     ]
 
 

@@ -3,7 +3,8 @@
 A run holds its lease while it runs and renews it every ttl/3, so a ``running`` run whose lease
 (by ``lease_key`` and ``fencing_token``) is no longer live — expired, or taken over by a higher
 token — has a worker that died, hung or was cut off from the database. Its outcome is fenced
-already (a late finish records nothing over it); this records it ``lost`` and, for
+already (a late finish records nothing over it); this records it ``lost``, tells Flower (a
+``task-failed`` event on the dead worker's behalf, ``jobs.task_events``) and, for
 ``on_lost=retry`` jobs, creates and publishes its one retry, which takes a higher token when it
 acquires. Maintenance calls :func:`recover_lost_runs` periodically.
 
@@ -18,6 +19,7 @@ from datetime import datetime
 from jobs import records
 from jobs.models import Job
 from jobs.runner import publish_retry
+from jobs.task_events import announce_lost
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ def recover_lost_runs(now: datetime | None = None) -> list[int]:
                 "retry_run_id": None if run.retry is None else run.retry.run_id,
             },
         )
+    announce_lost(lost)
     for retry in retries:
         publish_retry(jobs[retry.job_id], retry)
     return [run.run_id for run in lost]

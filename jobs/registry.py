@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from celery import shared_task
+from celery import Task, shared_task
 
-from jobs.exceptions import RegistryConflict, UnknownJobFunction
+from jobs.exceptions import RegistryConflict, RunFailed, RunLost, UnknownJobFunction
 from jobs.schedules import Cron, Schedule, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
@@ -168,11 +168,23 @@ def _qualified(func: JobFunction) -> str:
 
 
 def _register_celery_task(name: str) -> None:
-    def run_job(self: Any, run_id: int, **_message_meta: Any) -> None:
+    def run_job(self: Any, run_id: int, **_message_meta: Any) -> dict[str, Any]:
         # Imported here: the runner needs the ORM, which is not ready while job modules import.
+        from jobs.delivery import report
         from jobs.runner import execute_run
 
-        execute_run(run_id, task_id=self.request.id or "", node=self.request.hostname or "")
+        node = self.request.hostname or ""
+        return report(execute_run(run_id, task_id=self.request.id or "", node=node))
 
     run_job.__name__ = run_job.__qualname__ = name.replace(".", "_")
-    shared_task(name=name, bind=True)(run_job)
+    shared_task(name=name, bind=True, base=RunTask)(run_job)
+
+
+class RunTask(Task):
+    """The Celery task of every job function. A run recorded failed or lost raises ``RunFailed``
+    / ``RunLost`` once its record is written (``jobs.delivery``), so Celery reports a failure:
+    logged as an expected one (the runner logged the outcome) and acknowledged, never
+    redelivered: the record already says what happened to the run."""
+
+    throws = (RunFailed, RunLost)
+    acks_on_failure = True

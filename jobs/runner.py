@@ -21,6 +21,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from jobs import dispatch, logcontext, policies, records, registry, shutdown_notice
 from jobs.context import JobContext
+from jobs.delivery import Delivery
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.keeper import LeaseKeeper
 from jobs.lease import HeldLease
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 # The longest key a lease row (and a run's lease_key) holds.
 LOCK_KEY_MAX_LENGTH: int = Lease._meta.get_field("key").max_length or 0
-
+# Maintenance records lost a running run whose worker it believes dead (jobs.recovery).
+RECORDED_LOST_MEANWHILE = "recorded lost by maintenance before this worker finished it"
 # A connection used by a run less than this ago is known to work (see _recycle_connection).
 HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
 _last_used = float("-inf")
@@ -44,11 +46,14 @@ class Outcome:
     result: str | None = None
     # Whether a retry may follow (the function raised; not a time limit, stop or loss).
     retryable: bool = False
+    # What the function raised, reported to Celery as the cause of its failure.
+    exception: BaseException | None = None
 
 
 @logcontext.bound_run
-def execute_run(run_id: int, *, task_id: str, node: str) -> None:
-    """Execute run ``run_id`` on this node, at most once however often its message arrives."""
+def execute_run(run_id: int, *, task_id: str, node: str) -> Delivery:
+    """Execute run ``run_id`` on this node, at most once however often its message arrives;
+    returns what this delivery did (recorded before it returns)."""
     _recycle_connection()
     fields: dict[str, Any] = {"run_id": run_id, "node": node}
     holder = f"{node}:{os.getpid()}:run-{run_id}"
@@ -67,30 +72,28 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
             status or "gone",
             extra={**fields, "action": "duplicate_delivery"},
         )
-        return
+        return Delivery(run_id, status or "gone", duplicate=True)
     job = claim.job
     fields["job"] = job.name
     logcontext.bind(job=job.name, slot=claim.scheduled_for, token=_token(claim.lease))
     if claim.status == RunStatus.MISSED:
         log.warning("run missed its start deadline", extra={**fields, "action": "missed"})
-        return
+        return Delivery(run_id, claim.status, reason=claim.error)
     if claim.status == RunStatus.SKIPPED:
         log.info("run skipped: %s", claim.error, extra={**fields, "action": "skipped"})
-        return
+        return Delivery(run_id, claim.status, reason=claim.error)
 
     try:
         spec = registry.get(job.task)
         key = lock_key_for(job, spec)
     except (UnknownJobFunction, BadLockKey) as exc:  # e.g. a row written around validation
         error = str(exc) if isinstance(exc, UnknownJobFunction) else f"lock key {exc}"
-        _finish(job, claim, claim.lease, Outcome(RunStatus.FAILED, error=error), fields)
-        return
+        return _finish(job, claim, claim.lease, Outcome(RunStatus.FAILED, error=error), fields)
 
     if job.overlap == Overlap.ALLOW:
         ctx = _context(job, claim, None, key)
         outcome = _call_with_soft_limit(spec, job, ctx)
-        _finish(job, claim, None, outcome, fields)
-        return
+        return _finish(job, claim, None, outcome, fields)
 
     held = claim.lease
     if held is None:
@@ -100,13 +103,13 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
                 "run recorded elsewhere while it waited for its lease",
                 extra={**fields, "action": "abandoned"},
             )
-            return
+            return Delivery(run_id, RunStatus.LOST, reason=RECORDED_LOST_MEANWHILE)
         if isinstance(taken, policies.Skip):
-            _finish(job, claim, None, Outcome(RunStatus.SKIPPED, error=taken.reason), fields)
-            return
+            skip = Outcome(RunStatus.SKIPPED, error=taken.reason)
+            return _finish(job, claim, None, skip, fields)
         if isinstance(taken, policies.HandedBack):
             log.info("run handed back: %s", taken.reason, extra={**fields, "action": "handed_back"})
-            return
+            return Delivery(run_id, RunStatus.SCHEDULED, reason=f"handed back: {taken.reason}")
         held = taken
         logcontext.bind(token=held.token)
 
@@ -117,7 +120,7 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> None:
         outcome = _call(spec, job, ctx)
     finally:
         keeper.stop()
-    _finish(job, claim, keeper.current, _settle(outcome, job, keeper), fields)
+    return _finish(job, claim, keeper.current, _settle(outcome, job, keeper), fields)
 
 
 def refuse_unknown_task(
@@ -218,7 +221,9 @@ def _finish(
     held: HeldLease | None,
     outcome: Outcome,
     fields: dict[str, Any],
-) -> None:
+) -> Delivery:
+    """Record ``outcome`` (fenced when ``held``), publish the retry that is due, and say what
+    was recorded."""
     retry_delay = None
     if outcome.retryable and claim.attempt <= job.max_retries:
         retry_delay = policies.retry_delay(job.retry_backoff, claim.attempt)
@@ -251,6 +256,20 @@ def _finish(
     )
     if finished.retry is not None:
         publish_retry(job, finished.retry)
+    return _delivered(claim.run_id, outcome, finished.status)
+
+
+def _delivered(run_id: int, outcome: Outcome, recorded: str | None) -> Delivery:
+    if recorded is None:
+        return Delivery(run_id, RunStatus.LOST, reason=RECORDED_LOST_MEANWHILE)
+    if recorded != outcome.status:  # the fenced finish found the lease gone
+        reason = (
+            f"the lease lapsed before the run ended; its outcome ({outcome.status}) was discarded"
+        )
+        return Delivery(run_id, recorded, reason=_joined(reason, outcome.error))
+    return Delivery(
+        run_id, recorded, reason=outcome.error, result=outcome.result, cause=outcome.exception
+    )
 
 
 def publish_retry(job: Job, retry: records.NewRun) -> None:
@@ -312,6 +331,7 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(),
             retryable=True,
+            exception=exc,
         )
     return Outcome(RunStatus.SUCCEEDED, result=_as_json(value))
 

@@ -13,7 +13,9 @@ starts a private node and sets ``JOBS_TEST_AMQP_URL`` and ``JOBS_TEST_RABBITMQCT
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -21,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -248,6 +252,29 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
         return
     with rabbitmq_vhost() as url:
         yield Broker("rabbitmq", url)
+
+
+# --- Flower's own HTTP API, as an operator's tools read it -------------------------------------
+
+FLOWER_AUTH = "tester:not-a-real-secret-5678"
+
+
+def flower_json(port: int, path: str) -> Any:
+    """The JSON Flower answers at ``path``, or ``None`` while it is not answering."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    request.add_header("Authorization", "Basic " + base64.b64encode(FLOWER_AUTH.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def flower_hears(port: int, node: str) -> bool:
+    """Whether Flower has heard worker ``node`` (its heartbeat events)."""
+    workers = flower_json(port, "/workers?json=1")  # {"data": [{"hostname": ...}, ...]}
+    rows = workers.get("data", []) if isinstance(workers, dict) else []
+    return any(str(row.get("hostname", "")).startswith(f"{node}@") for row in rows)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> None:

@@ -4,44 +4,27 @@ with its outcome, by the next one, which never saw its events."""
 
 from __future__ import annotations
 
-import base64
 import json
 import signal
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from devtools.__main__ import flower_state_options
 from devtools.services import free_port
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import FLOWER_AUTH, Cluster, flower_hears, flower_json, wait_for
 
 pytestmark = pytest.mark.acceptance
 
-AUTH = "tester:not-a-real-secret-5678"
-
-
-def _get(port: int, path: str) -> Any:
-    """The JSON at ``path``, or ``None`` while Flower is not answering it."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
-    request.add_header("Authorization", "Basic " + base64.b64encode(AUTH.encode()).decode())
-    try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return json.loads(response.read())
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
-
 
 def _task_state(port: int, task_id: str) -> str | None:
-    info = _get(port, f"/api/task/info/{task_id}")
+    info = flower_json(port, f"/api/task/info/{task_id}")
     return None if not isinstance(info, dict) else info.get("state")
 
 
 def test_flower_lists_the_tasks_it_saw_before_a_restart(cluster: Cluster, tmp_path: Path) -> None:
     options = flower_state_options(tmp_path / "flower.db")
-    env = {"FLOWER_BASIC_AUTH": AUTH}
+    env = {"FLOWER_BASIC_AUTH": FLOWER_AUTH}
     added = cluster.manage(
         "jobs", "add", "report", "--task", "tests.record", "--every", "1h",
         "--kwargs", json.dumps({"log": str(tmp_path / "executions.log")}),
@@ -53,12 +36,7 @@ def test_flower_lists_the_tasks_it_saw_before_a_restart(cluster: Cluster, tmp_pa
     cluster.start_flower("flower-1", port, options, env)
 
     # Flower hears the worker (its heartbeat events) before the run starts, so it sees the run.
-    def hears_the_worker() -> bool:
-        workers = _get(port, "/workers?json=1")  # {"data": [{"hostname": ...}, ...]}
-        rows = workers.get("data", []) if isinstance(workers, dict) else []
-        return any(str(row.get("hostname", "")).startswith("node-a@") for row in rows)
-
-    wait_for(hears_the_worker, timeout=60, what="Flower receiving the worker's events")
+    wait_for(lambda: flower_hears(port, "node-a"), 60, "Flower receiving the worker's events")
     triggered = cluster.manage("jobs", "run", "report")
     assert triggered.returncode == 0, triggered.stderr
     task_id = f"jobrun-{int(triggered.stdout.strip())}"
@@ -73,5 +51,7 @@ def test_flower_lists_the_tasks_it_saw_before_a_restart(cluster: Cluster, tmp_pa
 
     port = free_port()
     cluster.start_flower("flower-2", port, options, env)
-    wait_for(lambda: _get(port, "/api/tasks") is not None, timeout=60, what="Flower restarted")
+    wait_for(
+        lambda: flower_json(port, "/api/tasks") is not None, timeout=60, what="Flower restarted"
+    )
     assert _task_state(port, task_id) == "SUCCESS", cluster.log_of("flower-2")
