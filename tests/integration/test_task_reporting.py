@@ -1,0 +1,187 @@
+"""What Celery (so Flower) is told about runs, against real PostgreSQL and Redis: the task's
+outcome once the run is recorded, the job's name on its messages, lost runs announced on their
+dead worker's behalf, and no Flower link for continuous tenures."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery import current_app
+from django.conf import settings
+from django.test import override_settings
+from django.utils import timezone
+from kombu import Connection
+
+from jobs import dispatch, presenting, records
+from jobs.conf import get_ops_conf
+from jobs.exceptions import RunFailed, RunLost
+from jobs.models import Job, JobKind, JobRun, RunStatus, Trigger
+from jobs.recovery import recover_lost_runs
+from jobs.registry import RunTask
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _apply(run: JobRun) -> Any:
+    """Run the job's Celery task in process, as a worker's pool would (its result, not raised)."""
+    task = current_app.tasks[run.job.task]
+    kwargs = {"run_id": run.pk, "job": run.job.name, "slot": run.scheduled_for.isoformat()}
+    return task.apply(kwargs=kwargs, task_id=dispatch.task_id_for(run.pk))
+
+
+def _new_run(job: Job) -> JobRun:
+    return JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+
+
+def test_a_failing_jobs_task_fails_with_its_exception_once_the_run_is_recorded(
+    make_job: Callable[..., Job],
+) -> None:
+    run = _new_run(make_job("nightly", task="tests.fail"))
+
+    result = _apply(run)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "boom from tests.fail" in run.traceback
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, RunFailed)
+    assert str(result.result) == "ValueError: boom from tests.fail"
+    assert isinstance(result.result.__cause__, ValueError)
+    assert 'raise ValueError("boom from tests.fail")' in result.traceback
+    # Celery logs it as an expected failure and acknowledges it: no redelivery.
+    assert RunTask.throws == (RunFailed, RunLost) and RunTask.acks_on_failure is True
+    assert isinstance(current_app.tasks["tests.fail"], RunTask)
+
+
+def test_succeeded_skipped_and_duplicate_deliveries_report_what_happened(
+    make_job: Callable[..., Job], tmp_path: Any
+) -> None:
+    job = make_job("report")
+    run = _new_run(job)
+
+    succeeded = _apply(run)
+    duplicate = _apply(run)
+
+    assert succeeded.state == "SUCCESS"
+    assert succeeded.result == {"status": "succeeded", "result": "recorded"}
+    assert duplicate.state == "IGNORED"
+    run.refresh_from_db()
+    assert run.duplicate_deliveries == 1
+
+    held = _new_run(job)
+    claim = records.claim(held.pk, node="n", pid=1, task_id="t", holder="other:1:run")
+    assert claim is not None and claim.lease is not None
+    skipped = _apply(_new_run(job))
+    assert skipped.state == "SUCCESS"
+    assert skipped.result["status"] == RunStatus.SKIPPED
+    assert skipped.result["reason"].startswith(f"lease {job.lock_key} held by other:1:run")
+
+
+@contextmanager
+def _queue(name: str) -> Iterator[Any]:
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        queue = conn.SimpleQueue(name)
+        try:
+            yield queue
+        finally:
+            queue.queue.delete()
+            queue.close()
+
+
+def test_a_job_named_apart_from_its_function_is_shown_under_its_name(
+    make_job: Callable[..., Job],
+) -> None:
+    queue = f"reporting-{uuid.uuid4().hex[:8]}"
+    renamed = make_job("nightly-report", task="tests.record", queue=queue)
+    same = make_job("tests.fail", task="tests.fail", queue=queue)
+
+    with _queue(queue) as messages:
+        dispatch.publish(renamed, 41, timezone.now())
+        dispatch.publish(same, 42, timezone.now())
+        first, second = messages.get(timeout=5), messages.get(timeout=5)
+
+    # The worker runs the function (the task), Celery shows the shadow name (logs, events).
+    assert (first.headers["task"], first.headers["shadow"]) == ("tests.record", "nightly-report")
+    assert (second.headers["task"], second.headers["shadow"]) == ("tests.fail", None)
+    assert first.headers["id"] == "jobrun-41"
+
+
+class _Dispatcher:
+    def __init__(self, hostname: str | None, sent: list[tuple[str | None, str, dict[str, Any]]]):
+        self.hostname, self.sent = hostname, sent
+
+    def send(self, type: str, **fields: Any) -> None:
+        self.sent.append((self.hostname, type, fields))
+
+
+def _lost_run(job: Job, node: str) -> JobRun:
+    run = _new_run(job)
+    claim = records.claim(run.pk, node=node, pid=1, task_id="t", holder=f"{node}:1:run")
+    assert claim is not None and claim.lease is not None
+    return run
+
+
+def test_lost_runs_are_announced_to_flower_as_their_dead_workers(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[tuple[str | None, str, dict[str, Any]]] = []
+
+    @contextmanager
+    def dispatcher(hostname: str | None = None, **_: Any) -> Iterator[_Dispatcher]:
+        yield _Dispatcher(hostname, sent)
+
+    monkeypatch.setattr(current_app.events, "default_dispatcher", dispatcher)
+    a = _lost_run(make_job("a", lease_ttl=3), "w1@host")
+    b = _lost_run(make_job("b", lease_ttl=3), "w2@host")
+    later = timezone.now() + timedelta(seconds=30)
+
+    assert sorted(recover_lost_runs(now=later)) == sorted([a.pk, b.pk])
+
+    assert sorted((host, kind, fields["uuid"]) for host, kind, fields in sent) == [
+        ("w1@host", "task-failed", f"jobrun-{a.pk}"),
+        ("w2@host", "task-failed", f"jobrun-{b.pk}"),
+    ]
+    a.refresh_from_db()
+    exceptions = {fields["uuid"]: fields["exception"] for _, _, fields in sent}
+    assert exceptions[f"jobrun-{a.pk}"] == repr(RunLost(a.error))
+
+
+def test_an_announcement_that_fails_never_fails_maintenance(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    @contextmanager
+    def unreachable(**_: Any) -> Iterator[None]:
+        raise ConnectionError("broker down")
+        yield
+
+    monkeypatch.setattr(current_app.events, "default_dispatcher", unreachable)
+    run = _lost_run(make_job("a", lease_ttl=3), "w1@host")
+
+    later = timezone.now() + timedelta(seconds=30)
+    assert recover_lost_runs(now=later) == [run.pk]
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.LOST
+    assert any(r.__dict__.get("action") == "lost_event_failed" for r in caplog.records)
+
+
+def test_continuous_tenures_link_to_no_flower_page(make_job: Callable[..., Job]) -> None:
+    periodic = _new_run(make_job("report"))
+    continuous_job = make_job("poller", task="tests.record", schedule=None)
+    assert continuous_job.kind == JobKind.CONTINUOUS
+    tenure = JobRun.objects.create(
+        job=continuous_job, scheduled_for=timezone.now(), trigger=Trigger.CONTINUOUS
+    )
+    with override_settings(FLOWER_URL="http://flower.example:5555/"):
+        get_ops_conf.cache_clear()
+        try:
+            assert presenting.flower_task_url(periodic) == (
+                f"http://flower.example:5555/task/jobrun-{periodic.pk}"
+            )
+            assert presenting.flower_task_url(tenure) is None
+        finally:
+            get_ops_conf.cache_clear()
