@@ -93,11 +93,20 @@ def _queue(name: str) -> Iterator[Any]:
 
 
 def test_a_job_named_apart_from_its_function_is_shown_under_its_name(
-    make_job: Callable[..., Job],
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = f"reporting-{uuid.uuid4().hex[:8]}"
     renamed = make_job("nightly-report", task="tests.record", queue=queue)
     same = make_job("tests.fail", task="tests.fail", queue=queue)
+    sent_events: list[dict[str, Any]] = []
+    publisher = dispatch._event_publisher(current_app.amqp)
+    celery_publish = publisher.publish
+
+    def publish(type: str, fields: dict[str, Any], producer: Any, **options: Any) -> None:
+        sent_events.append({"type": type, **fields})
+        celery_publish(type, fields, producer, **options)
+
+    monkeypatch.setattr(publisher, "publish", publish)
 
     with _queue(queue) as messages:
         dispatch.publish(renamed, 41, timezone.now())
@@ -108,6 +117,10 @@ def test_a_job_named_apart_from_its_function_is_shown_under_its_name(
     assert (first.headers["task"], first.headers["shadow"]) == ("tests.record", "nightly-report")
     assert (second.headers["task"], second.headers["shadow"]) == ("tests.fail", None)
     assert first.headers["id"] == "jobrun-41"
+    # Celery's task-sent event names the task; the renamed job's says the job's name instead.
+    assert [(e["type"], e["uuid"], e["name"]) for e in sent_events] == [
+        ("task-sent", "jobrun-41", "nightly-report")
+    ]
 
 
 class _Dispatcher:
