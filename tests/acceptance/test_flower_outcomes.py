@@ -13,6 +13,7 @@ import pytest
 
 from devtools.__main__ import flower_state_options
 from devtools.services import free_port
+from jobs.audit import Actor
 from jobs.dispatch import trigger_now
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedules import At
@@ -30,7 +31,8 @@ BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5"}
 def _job(cluster: Cluster, name: str, task: str, **kwargs: Any) -> Job:
     policies = {"queue": cluster.queue, **kwargs.pop("policies", {})}
     return create_job(
-        JobDefinition(name=name, task=task, schedule=NEVER, kwargs=kwargs, policies=policies)
+        JobDefinition(name=name, task=task, schedule=NEVER, kwargs=kwargs, policies=policies),
+        actor=Actor.code("tests"),
     )
 
 
