@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test chromium rabbitmq-server manage lint format typecheck migrations-check ci lock clean
+.PHONY: run test chromium rabbitmq-server faketime manage lint format typecheck migrations-check ci lock clean
 
 $(INSTALLED): requirements/dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(INSTALLED): requirements/dev.txt pyproject.toml
 run: $(INSTALLED)
 	$(BIN)/python -m devtools run
 
-test: $(INSTALLED) chromium rabbitmq-server
+test: $(INSTALLED) chromium rabbitmq-server faketime
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
 
 # The browser test drives Debian's Chromium (tests/browser); install it only when it is missing.
@@ -33,6 +33,12 @@ chromium:
 rabbitmq-server:
 	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server; }
+
+# The clock-skew tests run beats and workers under Debian's libfaketime
+# (tests/acceptance/test_clock_skew.py); install it only when it is missing.
+faketime:
+	@command -v faketime >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; }
 
 manage: $(INSTALLED)
 	$(BIN)/python -m devtools manage $(ARGS)

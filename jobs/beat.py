@@ -44,6 +44,7 @@ from django_celery_beat.models import (
 
 from jobs import beat_link, catchup, changelog, records, schedule_errors, slots
 from jobs.conf import get_conf
+from jobs.dbclock import DatabaseClock
 from jobs.dispatch import publish_many
 from jobs.health import beat_recorder, timed_beat_tick
 from jobs.maintenance import MaintenanceLoop
@@ -86,7 +87,8 @@ _JOB_WIDTH = len(_JOB_COLUMNS)
 
 
 def system_clock(offset_seconds: float = 0.0) -> Clock:
-    """The machine's clock, shifted by ``offset_seconds`` (``JOBS_BEAT_TEST_CLOCK_OFFSET``)."""
+    """The machine's clock, shifted by ``offset_seconds`` (``JOBS_BEAT_TEST_CLOCK_OFFSET``, a
+    skew for tests, which ``DatabaseClock`` measures and cancels like a real one)."""
     if not offset_seconds:
         return timezone.now
     offset = timedelta(seconds=offset_seconds)
@@ -130,7 +132,8 @@ class ClusterScheduler(Scheduler):
         self, *args: Any, clock: Clock | None = None, maintain: bool = True, **kwargs: Any
     ) -> None:
         conf = get_conf()
-        self._clock = clock or system_clock(conf.beat_test_clock_offset)
+        # Fire by the database's clock, not the machine's (see jobs.dbclock).
+        self._clock = clock or DatabaseClock(system_clock(conf.beat_test_clock_offset))
         self._max_sleep = conf.beat_max_interval
         self._entries: dict[int, _Entry] = {}
         self._heap: list[tuple[datetime, int, int]] = []

@@ -1,0 +1,157 @@
+"""Issue 10 acceptance: the failure model's clock row at ±2 minutes, on real processes whose
+wall clocks really are skewed (Debian's libfaketime; ``make test`` installs ``faketime``).
+
+Beats fire by the database's clock (``jobs.dbclock``), so a beat 2 minutes ahead starts no run
+early and one 2 minutes behind none late; workers decide by the database's clock and by
+monotonic intervals only, so their skew changes neither the runs nor a continuous job's takeover.
+Run times are read from the database (``scheduled_for`` is the slot, ``started_at`` the claim's
+``now()``); the test process's own clock is the machine's real one.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from jobs.models import JobRun, RunStatus
+from tests.acceptance.conftest import ROOT, Cluster, wait_for
+from tests.acceptance.test_beats_cluster import (
+    BEAT_ENV,
+    _assert_each_slot_once,
+    _executions,
+    _jobs,
+    _second,
+    _wait_settled,
+    _wait_started,
+    _wait_until,
+)
+from tests.acceptance.test_continuous import (
+    STARTUP,
+    TAKEOVER_BOUND,
+    _add_jobs,
+    _live_holders,
+    _node,
+    _use_continuous_jobs,
+)
+from tests.jobs_continuous import Sampler
+
+pytestmark = pytest.mark.acceptance
+
+SKEW = 120  # seconds
+SHIM = Path(__file__).resolve().parent / "faketime"
+# How early a run may start by the database's clock: the beat's estimate of that clock is off by
+# at most half a round trip to the database (well under a millisecond here).
+EARLY_TOLERANCE = timedelta(milliseconds=20)
+# How late: a beat tick (0.2 s here), the publish, the claim, on a busy 2-core machine.
+LATE_TOLERANCE = timedelta(seconds=1)
+
+
+def skewed(seconds: int) -> dict[str, str]:
+    """The environment that runs a process with its wall clock ``seconds`` off."""
+    libraries = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    if not libraries:
+        pytest.fail("Debian's faketime is not installed (make test installs it when missing)")
+    return {
+        "LD_PRELOAD": libraries[0],
+        "FAKETIME": f"{seconds:+d}",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": f"{SHIM}{os.pathsep}{ROOT}",
+    }
+
+
+def _clock_of(cluster: Cluster, name: str, started_at: float) -> float:
+    """How far ahead of this machine's clock the process's clock runs, in seconds, from the first
+    time stamp it logged (a few seconds after ``started_at``, when it was started)."""
+    stamp = re.search(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", cluster.log_of(name), re.M)
+    assert stamp is not None, f"{name} logged no time stamp"
+    return datetime.fromisoformat(stamp.group(1)).timestamp() - started_at
+
+
+def test_beats_and_workers_two_minutes_apart_run_each_slot_once_and_on_time(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two beats (+2 min, -2 min) and two workers (+2 min, -2 min), 4 jobs every second and
+    2 every 2 seconds, for 20 s."""
+    log = tmp_path / "executions.log"
+    skews = {"worker-ahead": SKEW, "beat-ahead": SKEW, "worker-behind": -SKEW, "beat-behind": -SKEW}
+    started_at = time.time()
+    for name, skew in skews.items():
+        if name.startswith("worker"):
+            cluster.start_worker(name, env=skewed(skew))
+        else:
+            cluster.start_beat(name, env={**BEAT_ENV, **skewed(skew)})
+    beats, workers = ["beat-ahead", "beat-behind"], ["worker-ahead", "worker-behind"]
+    _wait_started(cluster, beats, workers)
+    specs = [(f"tick-1-{n}", 1) for n in range(4)] + [(f"tick-2-{n}", 2) for n in range(2)]
+    jobs = _jobs(cluster, log, specs)
+    start = _second(timezone.now()) + timedelta(seconds=2)
+    _wait_until(start + timedelta(seconds=20))
+    end = start + timedelta(seconds=18)
+    _wait_settled(jobs, start, end, seconds=60)
+
+    executions = _executions(log)
+    for job, (_, seconds) in zip(jobs, specs, strict=True):
+        runs = _assert_each_slot_once(job, start, end, executions, seconds)
+        assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
+        for run in runs:
+            assert run.started_at is not None
+            lag = run.started_at - run.scheduled_for
+            assert -EARLY_TOLERANCE <= lag <= LATE_TOLERANCE, (job.name, run.pk, lag)
+    # Both skewed beats fired slots and both skewed workers ran them.
+    for beat in beats:
+        assert "created here" in cluster.log_of(beat)
+    nodes = set(JobRun.objects.filter(job__in=jobs).values_list("node", flat=True))
+    assert {node.split("@")[0] for node in nodes} == set(workers)
+    # And their clocks were skewed indeed (start-up on a busy machine takes up to ~30 s).
+    for name, skew in skews.items():
+        assert 0 <= _clock_of(cluster, name, started_at) - skew < 40, f"{name} is not {skew:+d} s"
+
+
+def test_a_continuous_job_is_taken_over_within_the_bound_between_skewed_nodes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two continuous jobs on node a (+2 min) and node b (-2 min), one each. a is killed -9:
+    b (behind) takes its job over; then c (+2 min) joins, takes one job, and b is killed -9:
+    c (ahead) takes its job over. Each within the bound of the unskewed tests."""
+    log = _use_continuous_jobs(cluster, tmp_path)
+    _add_jobs(cluster, log, ["s0", "s1"])
+    with Sampler(log, _live_holders) as sampler:
+
+        def one_each(*names: str) -> bool:
+            counts = sampler.per_node()
+            on = sorted(node.split("@")[0] for node in counts)
+            return on == sorted(names) and set(counts.values()) == {1}
+
+        def takeover(victim: str, survivor: str) -> float:
+            """Kill ``victim`` -9; seconds until ``survivor`` holds its job."""
+            node = _node(victim)
+            (orphan,) = (key for key, (holder, _) in sampler.latest().items() if holder == node)
+            sampler.gone(cluster.processes[victim].pid)
+            killed_at = time.time()
+            cluster.kill(victim, signal.SIGKILL)
+            wait_for(
+                lambda: sampler.first_held_by_other(orphan, killed_at, node) is not None,
+                timeout=TAKEOVER_BOUND + 5,
+                what=f"{victim}'s job on {survivor}",
+            )
+            taken_at = sampler.first_held_by_other(orphan, killed_at, node)
+            assert taken_at is not None and sampler.latest()[orphan][0] == _node(survivor)
+            return taken_at - killed_at
+
+        cluster.start_worker("a", concurrency=1, env=skewed(SKEW))
+        cluster.start_worker("b", concurrency=1, env=skewed(-SKEW))
+        wait_for(lambda: one_each("a", "b"), timeout=STARTUP, what="one job on a and one on b")
+        behind_took = takeover("a", "b")
+        cluster.start_worker("c", concurrency=1, env=skewed(SKEW))
+        wait_for(lambda: one_each("b", "c"), timeout=STARTUP, what="c to take one job")
+        ahead_took = takeover("b", "c")
+        assert sampler.violations == []
+    assert behind_took <= TAKEOVER_BOUND and ahead_took <= TAKEOVER_BOUND, (behind_took, ahead_took)
