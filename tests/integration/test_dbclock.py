@@ -63,4 +63,3 @@ def test_a_failed_measurement_raises_the_database_error() -> None:
 
     with pytest.raises(DatabaseError):
         DatabaseClock(read_database=unreachable)()
-
