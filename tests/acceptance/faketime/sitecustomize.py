@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import select
 import time
+from typing import SupportsIndex
 
 
-def _sleep(seconds: float) -> None:
-    select.select([], [], [], seconds)
+def _sleep(seconds: float | SupportsIndex) -> None:
+    select.select([], [], [], float(seconds))
 
 
 time.sleep = _sleep
