@@ -252,7 +252,8 @@ def node_record(node: Node) -> dict[str, object]:
 
 def task_record(spec: JobSpec) -> dict[str, object]:
     schedule = describe(spec.schedule) if spec.declares_job else None
-    return {"name": spec.name, "summary": spec.summary, "schedule": schedule}
+    kind = "celery task" if spec.plain else "job function"
+    return {"name": spec.name, "kind": kind, "summary": spec.summary, "schedule": schedule}
 
 
 def to_json(data: object, indent: int | None = 2) -> str:

@@ -80,9 +80,12 @@ def publish(
     ``task-sent`` event (half the cost of a publish; Flower still sees the run once a worker
     receives it), for bursts of thousands of slots."""
     options: dict[str, Any] = {"queue": job.queue, "task_id": task_id_for(run_id)}
-    if job.name != job.task:
-        # Celery's display name for the task (logs, events, so Flower): the job, not only its
-        # function. The message still names the function, which is what the worker runs.
+    # A plain Celery task's own task must never get a run's message (it would run unguarded,
+    # with these arguments): its runs go to registry.RUN_TASK, which calls it under the guard.
+    message_task = registry.get(job.task).message_task
+    if job.name != message_task:
+        # Celery's display name for the task (logs, events, so Flower): the job, not only the
+        # task the message names, which is what the worker runs.
         options["shadow"] = job.name
         options["event_dispatcher"] = _SentEventAs(job.name)
     if not sent_event:
@@ -99,7 +102,7 @@ def publish(
     if eta is not None:
         options["eta"] = eta
     current_app.send_task(
-        job.task,
+        message_task,
         kwargs={"run_id": run_id, "job": job.name, "slot": scheduled_for.isoformat()},
         **options,
     )
@@ -127,9 +130,13 @@ def publish_many(
 
 
 def _refuse_unregistered(job: Job, run_id: int) -> None:
-    # Only registered job functions are schedulable: a row naming any other task (a Celery
-    # task of another kind, ``os.system``), written around validation, must never be sent.
-    error = f"{job.task!r} is not a registered job function: the run was not sent to any worker"
+    # Only @job functions and the project's own Celery tasks are schedulable: a row naming
+    # anything else (Celery's internal tasks, ``os.system``), written around validation, must
+    # never be sent.
+    error = (
+        f"{job.task!r} is not a registered job function or Celery task: "
+        "the run was not sent to any worker"
+    )
     log.error(error, extra={"action": "unregistered_task", "run_id": run_id, "job": job.name})
     records.fail_unclaimed(run_id, node="", error=error)
 

@@ -82,7 +82,9 @@ class JobForm(forms.ModelForm):
     actor: ClassVar[Actor] = Actor.code("jobs.forms.JobForm")
 
     task = forms.ChoiceField(
-        help_text="The registered job function this job runs (declared with @job in code)."
+        help_text="What this job runs: a function declared with @job, or one of the project's "
+        "Celery tasks (called with the arguments below; no ctx unless it declares a "
+        "keyword-only ctx parameter)."
     )
     schedule_type = forms.ChoiceField(
         label="Schedule",
@@ -282,7 +284,7 @@ def _schedule_initial(job: Job, schedule: Schedule | None) -> dict[str, Any]:
 
 def _task_choices(current: str) -> list[tuple[str, str]]:
     choices = [("", "---------")]
-    choices += [(spec.name, _task_label(spec)) for spec in registry.specs()]
+    choices += [(spec.name, _task_label(spec)) for spec in registry.all_specs()]
     if current and not registry.is_registered(current):
         # A job whose function is gone stays viewable; saving it reports the task field.
         choices.append((current, f"{current} (not registered)"))
@@ -290,4 +292,5 @@ def _task_choices(current: str) -> list[tuple[str, str]]:
 
 
 def _task_label(spec: registry.JobSpec) -> str:
-    return f"{spec.name} — {spec.summary}" if spec.summary else spec.name
+    name = f"{spec.name} (Celery task)" if spec.plain else spec.name
+    return f"{name} — {spec.summary}" if spec.summary else name

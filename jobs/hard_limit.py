@@ -42,7 +42,7 @@ def on_task_failure(
     """``task_failure`` in the worker's main process: act on a job run's hard time limit."""
     if not isinstance(exception, TimeLimitExceeded) or not kwargs or "run_id" not in kwargs:
         return
-    if not registry.is_registered(getattr(sender, "name", "")):
+    if not registry.carries_runs(getattr(sender, "name", "")):
         return  # a plain Celery task with a run_id argument: not ours
     run_id = int(kwargs["run_id"])
     limit = exception.args[0] if exception.args else "?"

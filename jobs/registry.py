@@ -1,8 +1,14 @@
-"""The registry of job functions: ``@job("name")`` makes a function schedulable.
+"""What a job may run: ``@job("name")`` functions and the project's own Celery tasks.
 
 Only registered names can be scheduled (the admin, CLI and API offer nothing else), so no form
-ever accepts an arbitrary import path. Each registered job is also a Celery task of the same
-name, which is what Flower shows.
+ever accepts an arbitrary import path. Each ``@job`` function is also a Celery task of the same
+name, whose message carries only the run's id. A plain Celery task (``@shared_task``, not
+Celery's internal ``celery.*`` ones) is schedulable too, but its own task must never receive a
+run's message: its runs are sent to ``RUN_TASK``, which runs it under the same guard (claim,
+lease, fenced finish), with Celery's ``shadow`` naming the job in logs and Flower.
+
+A plain task gets no ``ctx``; one that declares a keyword-only parameter named ``ctx``
+(``def sync(city, *, ctx=None)``) is given it, to watch ``ctx.stopping`` or use ``ctx.fenced()``.
 """
 
 from __future__ import annotations
@@ -13,13 +19,18 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 
 from jobs.exceptions import RegistryConflict, RunFailed, RunLost, UnknownJobFunction
 from jobs.schedules import Cron, Schedule, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
 F = TypeVar("F", bound=JobFunction)
+
+# The Celery task that executes a run of a plain task's job (see the module's docstring).
+RUN_TASK = "jobs.run"
+# The keyword-only parameter through which a plain task asks for its run's context.
+CTX_PARAMETER = "ctx"
 
 # Policy names a decorator may set, each a Job model field validated by the model, in the order
 # the admin page, the CLI and the API show them.
@@ -52,6 +63,36 @@ class JobSpec:
     # Run as a continuous job, call the function once per this many seconds while the lease is
     # held (a step function), instead of once for the whole tenure (a loop until ctx.stopping).
     step_every: float | None = None
+    # A plain Celery task (``func`` is the task): called with the job's arguments only, plus
+    # ``ctx=`` when it declares that keyword-only parameter.
+    plain: bool = False
+
+    @property
+    def takes_ctx(self) -> bool:
+        return not self.plain or _asks_for_ctx(self.func)
+
+    @property
+    def message_task(self) -> str:
+        """The Celery task a run's message is sent to."""
+        return RUN_TASK if self.plain else self.name
+
+    def call(self, ctx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call the function for one run (or one step of a continuous job)."""
+        if not self.plain:
+            return self.func(ctx, *args, **kwargs)
+        if self.takes_ctx:
+            return self.func(*args, **kwargs, **{CTX_PARAMETER: ctx})
+        return self.func(*args, **kwargs)
+
+    def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
+        """Raise ``TypeError`` saying why ``args``/``kwargs`` do not fit the function."""
+        if not self.plain:
+            inspect.signature(self.func).bind(None, *args, **kwargs)
+            return
+        if CTX_PARAMETER in kwargs and self.takes_ctx:
+            raise TypeError(f"{CTX_PARAMETER!r} is given by the runner, not by the job")
+        extra = {CTX_PARAMETER: None} if self.takes_ctx else {}
+        inspect.signature(_callable_of(self.func)).bind(*args, **kwargs, **extra)
 
     @property
     def declares_job(self) -> bool:
@@ -60,7 +101,7 @@ class JobSpec:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.func) or ""
+        doc = inspect.getdoc(_callable_of(self.func)) or ""
         return doc.splitlines()[0] if doc else ""
 
 
@@ -138,20 +179,37 @@ def job(
 
 
 def get(name: str) -> JobSpec:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
+    """The ``@job`` function or plain Celery task ``name``."""
+    spec = _REGISTRY.get(name)
+    if spec is not None:
+        return spec
+    task = _plain_task(name)
+    if task is None:
         raise UnknownJobFunction(
-            f"{name!r} is not a registered job function; known: {', '.join(names()) or 'none'}"
-        ) from None
+            f"{name!r} is not a registered job function or Celery task; "
+            f"known: {', '.join(task_names()) or 'none'}"
+        )
+    return JobSpec(name=name, func=task, plain=True)
 
 
 def names() -> list[str]:
+    """The ``@job`` functions."""
     return sorted(_REGISTRY)
 
 
 def specs() -> list[JobSpec]:
+    """The ``@job`` functions (what code declares)."""
     return [_REGISTRY[name] for name in names()]
+
+
+def task_names() -> list[str]:
+    """Everything a job may run: the ``@job`` functions and the plain project tasks."""
+    return sorted({*_REGISTRY, *_plain_tasks()})
+
+
+def all_specs() -> list[JobSpec]:
+    """What the admin's chooser, ``jobs tasks`` and the API offer."""
+    return [get(name) for name in task_names()]
 
 
 def keyed_names() -> frozenset[str]:
@@ -160,7 +218,60 @@ def keyed_names() -> frozenset[str]:
 
 
 def is_registered(name: str) -> bool:
-    return name in _REGISTRY
+    """Whether a job may run ``name``: a ``@job`` function or a plain project task. The one
+    rule of what is schedulable (validation, and the beat before it sends a run)."""
+    return name in _REGISTRY or _plain_task(name) is not None
+
+
+def carries_runs(celery_task: str) -> bool:
+    """Whether a Celery task's messages are runs (``run_id`` in their kwargs): the task of a
+    ``@job`` function or ``RUN_TASK``."""
+    return celery_task in _REGISTRY or celery_task == RUN_TASK
+
+
+def _is_plain(name: str) -> bool:
+    # Celery's own tasks (chords, backend cleanup) are its machinery, not the project's work.
+    return name not in _REGISTRY and name != RUN_TASK and not name.startswith("celery.")
+
+
+def _plain_task(name: str) -> Task | None:
+    if not _is_plain(name):
+        return None
+    task = current_app.tasks.get(name)
+    if task is None and _import_task_modules():
+        task = current_app.tasks.get(name)
+    return task
+
+
+def _plain_tasks() -> dict[str, Task]:
+    _import_task_modules()
+    return {name: task for name, task in current_app.tasks.items() if _is_plain(name)}
+
+
+_modules_imported = False
+
+
+def _import_task_modules() -> bool:
+    """Import the modules Celery imports when a worker starts (autodiscovered ``tasks``
+    modules, ``imports``/``include``), so a web process or the CLI knows the same tasks as the
+    workers; once per process. Whether this call imported them."""
+    global _modules_imported
+    if _modules_imported:
+        return False
+    _modules_imported = True
+    current_app.loader.import_default_modules()
+    return True
+
+
+def _callable_of(func: JobFunction) -> JobFunction:
+    """What a call of ``func`` ends up calling: a Celery task's ``run`` (bound, for ``bind=True``
+    tasks, so its signature leaves ``self`` out)."""
+    return func.run if isinstance(func, Task) else func
+
+
+def _asks_for_ctx(func: JobFunction) -> bool:
+    parameter = inspect.signature(_callable_of(func)).parameters.get(CTX_PARAMETER)
+    return parameter is not None and parameter.kind == inspect.Parameter.KEYWORD_ONLY
 
 
 def _qualified(func: JobFunction) -> str:
@@ -181,10 +292,13 @@ def _register_celery_task(name: str) -> None:
 
 
 class RunTask(Task):
-    """The Celery task of every job function. A run recorded failed or lost raises ``RunFailed``
-    / ``RunLost`` once its record is written (``jobs.delivery``), so Celery reports a failure:
-    logged as an expected one (the runner logged the outcome) and acknowledged, never
-    redelivered: the record already says what happened to the run."""
+    """The Celery task of every job function, and ``RUN_TASK``. A run recorded failed or lost
+    raises ``RunFailed`` / ``RunLost`` once its record is written (``jobs.delivery``), so Celery
+    reports a failure: logged as an expected one (the runner logged the outcome) and
+    acknowledged, never redelivered: the record already says what happened to the run."""
 
     throws = (RunFailed, RunLost)
     acks_on_failure = True
+
+
+_register_celery_task(RUN_TASK)

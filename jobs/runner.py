@@ -324,7 +324,7 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
     try:
         # The worker's shutdown sets ctx.stopping too; what the function then returns counts.
         with shutdown_notice.watching(ctx.stopping):
-            value: Any = spec.func(ctx, *job.args, **job.kwargs)
+            value: Any = spec.call(ctx, job.args, job.kwargs)
     except Exception as exc:
         return Outcome(
             RunStatus.FAILED,

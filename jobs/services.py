@@ -6,7 +6,6 @@ transaction of the change (``jobs.audit``)."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,10 +65,13 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
         errors.update(exc.message_dict)
     if "task" not in errors:
         if not registry.is_registered(job.task):
-            known = ", ".join(registry.names()) or "none"
-            errors["task"] = [f"{job.task!r} is not a registered job function (known: {known})."]
+            known = ", ".join(registry.task_names()) or "none"
+            errors["task"] = [
+                f"{job.task!r} is not a registered job function or Celery task (known: {known})."
+            ]
         else:
             errors.update(_argument_errors(job))
+            errors.update(_continuous_errors(job))
     if errors:
         raise ValidationError(errors)
 
@@ -87,7 +89,7 @@ def _argument_errors(job: Job) -> dict[str, list[str]]:
     spec = registry.get(job.task)
     field = "kwargs" if job.kwargs else "args"
     try:
-        inspect.signature(spec.func).bind(None, *job.args, **job.kwargs)
+        spec.check_arguments(job.args, job.kwargs)
     except TypeError as exc:
         return {field: [f"{job.task} cannot take them: {exc}."]}
     try:
@@ -95,6 +97,20 @@ def _argument_errors(job: Job) -> dict[str, list[str]]:
         lock_key_for(job, spec)
     except BadLockKey as exc:
         return {field: [f"The lock key of {job.task} {exc}."]}
+    return {}
+
+
+def _continuous_errors(job: Job) -> dict[str, list[str]]:
+    # A continuous job's function runs until ctx.stopping is set; one that cannot see it would
+    # return at once and be restarted once per lease ttl, for ever.
+    if job.kind == JobKind.CONTINUOUS and not registry.get(job.task).takes_ctx:
+        return {
+            "kind": [
+                f"{job.task} is a plain Celery task without a keyword-only "
+                f"'{registry.CTX_PARAMETER}' parameter: a continuous job must watch "
+                "ctx.stopping, so it can only be periodic."
+            ]
+        }
     return {}
 
 

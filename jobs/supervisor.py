@@ -237,14 +237,14 @@ class Tenure:
             self._on_end(self)
 
     def _call(self) -> _Outcome:
-        ctx, func, job = self.ctx, self.spec.func, self.job
+        ctx, spec, job = self.ctx, self.spec, self.job
         try:
-            if self.spec.step_every is None:
-                return _Outcome(value=func(ctx, *job.args, **job.kwargs))
+            if spec.step_every is None:
+                return _Outcome(value=spec.call(ctx, job.args, job.kwargs))
             value = None
             while not ctx.stopping.is_set():
-                value = func(ctx, *job.args, **job.kwargs)
-                if ctx.stopping.wait(self.spec.step_every):
+                value = spec.call(ctx, job.args, job.kwargs)
+                if ctx.stopping.wait(spec.step_every):
                     break
             return _Outcome(value=value)
         except Exception as exc:

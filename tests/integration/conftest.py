@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-import tests.jobs_under_test  # noqa: F401  (registers the job functions)
+import tests.jobs_under_test
+import tests.plain_tasks  # noqa: F401  (registers plain Celery tasks)
 from jobs import dispatch, tokens
 from jobs.audit import Actor
 from jobs.models import Job

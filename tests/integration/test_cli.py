@@ -427,7 +427,8 @@ def test_add_reports_every_rejected_field_on_the_same_line() -> None:
 def test_add_an_unknown_task() -> None:
     error = jobs_error("add", "x", "--task", "nope.missing", "--every", "10s")
     assert str(error).startswith(
-        "jobs add: error: --task: 'nope.missing' is not a registered job function (known: "
+        "jobs add: error: --task: 'nope.missing' is not a registered job function or Celery task "
+        "(known: "
     )
     assert "tests.cli_example" in str(error)
     assert error.returncode == 2
@@ -698,15 +699,18 @@ def test_leases_json_has_the_contract_keys_and_the_table_says_which_are_live() -
 def test_tasks_lists_registered_functions_with_summary_and_declared_schedule() -> None:
     records = jobs_json("tasks")
     assert isinstance(records, list)
-    assert all(set(record) == {"name", "summary", "schedule"} for record in records)
+    assert all(set(record) == {"name", "kind", "summary", "schedule"} for record in records)
     by_name = {record["name"]: record for record in records}
     assert by_name["tests.cli_example"] == {
         "name": "tests.cli_example",
+        "kind": "job function",
         "summary": "Greets a city, for the CLI tests.",
         "schedule": None,
     }
     line = next(line for line in jobs("tasks").splitlines() if "tests.cli_example" in line)
-    assert line.split(None, 2) == ["tests.cli_example", "-", "Greets a city, for the CLI tests."]
+    assert line.split(None, 4) == [
+        "tests.cli_example", "job", "function", "-", "Greets a city, for the CLI tests."
+    ]  # fmt: skip
 
 
 # --- operating a job ----------------------------------------------------------------------

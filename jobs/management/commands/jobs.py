@@ -127,7 +127,10 @@ class Command(BaseCommand):
         self._add_listing(verbs, "nodes", "List worker nodes and their last heartbeat.")
         self._add_listing(verbs, "leases", "List leases; LIVE is by the database clock.")
         self._add_listing(
-            verbs, "tasks", "List registered job functions and their declared schedule."
+            verbs,
+            "tasks",
+            "List what a job may run: @job functions (with their declared schedule) and the "
+            "project's Celery tasks.",
         )
         # issue 6: history retention (jobs.retention)
         prune = verbs.add_parser(
@@ -149,7 +152,9 @@ class Command(BaseCommand):
             description="Add a job. Durations: 30s, 5m, 1h30m, 2d (whole seconds).",
         )
         add.add_argument("name", metavar="NAME", help="Unique job name.")
-        add.add_argument("--task", required=True, help="Registered job function (see `tasks`).")
+        add.add_argument(
+            "--task", required=True, help="A @job function or Celery task (see `tasks`)."
+        )
         schedule = add.add_mutually_exclusive_group(required=True)
         schedule.add_argument(
             "--every", type=cli.interval, metavar="DURATION", help="Every interval, e.g. 10s."
@@ -342,12 +347,12 @@ class Command(BaseCommand):
         self._table(headers, rows, "leases")
 
     def _verb_tasks(self, options: dict[str, Any]) -> None:
-        records = [cli.task_record(spec) for spec in registry.specs()]
+        records = [cli.task_record(spec) for spec in registry.all_specs()]
         if options["json"]:
             self._json(records)
             return
-        rows = [(r["name"], r["schedule"], r["summary"]) for r in records]
-        self._table(("NAME", "SCHEDULE", "SUMMARY"), rows, "registered job functions")
+        rows = [(r["name"], r["kind"], r["schedule"], r["summary"]) for r in records]
+        self._table(("NAME", "KIND", "SCHEDULE", "SUMMARY"), rows, "registered tasks")
 
     def _verb_prune(self, options: dict[str, Any]) -> None:
         result = services.prune(dry_run=options["dry_run"], actor=Actor.cli())

@@ -1,0 +1,69 @@
+"""Plain Celery tasks, written as any Django project writes them (``@shared_task``, no ``@job``):
+the tests schedule them as jobs and adopt django-celery-beat rows that name them. Workers import
+this module through JOBS_MODULES; each execution appends one line to a file, so executions are
+counted on the task's own side, independently of the run table."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery import Task, shared_task
+
+from jobs.context import JobContext
+from jobs.exceptions import LeaseLost
+
+
+def _append(path: str, line: str) -> None:
+    # O_APPEND writes of one short line are atomic across processes on Linux.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@shared_task
+def append(log: str, note: str = "", seconds: float = 0.0) -> str:
+    """Append a line (note, pid, time); optionally work a while first."""
+    if seconds:
+        time.sleep(seconds)
+    _append(log, f"{note} {os.getpid()} {time.time():.6f}")
+    return note
+
+
+@shared_task(bind=True)
+def bound(self: Task, log: str, note: str = "") -> str:
+    """A ``bind=True`` task: it receives itself first."""
+    _append(log, f"{note} {self.name}")
+    return self.name
+
+
+@shared_task
+def with_ctx(log: str, seconds: float = 0.0, *, ctx: JobContext | None = None) -> Any:
+    """Asks for the run's context (a keyword-only ``ctx``): waits on ``ctx.stopping``."""
+    assert ctx is not None, "the runner gives ctx to a task that declares it"
+    stopped = ctx.stopping.wait(seconds) if seconds else False
+    _append(log, f"{ctx.run_id} {ctx.fencing_token} {ctx.lease_key} {stopped}")
+    return {"run_id": ctx.run_id, "token": ctx.fencing_token, "stopped": stopped}
+
+
+@shared_task
+def fenced_write(log: str, seconds: float = 30.0, *, ctx: JobContext) -> str:
+    """Once ``ctx.stopping`` is set (or after ``seconds``), tries a write under ``ctx.fenced()``
+    and appends whether it was let through."""
+    ctx.stopping.wait(seconds)
+    try:
+        with ctx.fenced():
+            outcome = "written"
+    except LeaseLost:
+        outcome = "fenced out"
+    _append(log, outcome)
+    return outcome
+
+
+@shared_task
+def boom() -> None:
+    """Always raises."""
+    raise RuntimeError("boom from a plain task")
