@@ -13,6 +13,7 @@ import pytest
 from django.utils import timezone
 
 from jobs import registry, services
+from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedules import Every
 from jobs.services import JobDefinition, create_job
@@ -24,6 +25,7 @@ START_TIMEOUT = 90
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
 APPEND = "tests.plain_tasks.append"
 BOUND = "tests.plain_tasks.bound"
+TESTS = Actor.code("tests")
 
 
 def _plain_jobs(cluster: Cluster, log: Path) -> list[Job]:
@@ -40,7 +42,8 @@ def _plain_jobs(cluster: Cluster, log: Path) -> list[Job]:
                 # Overlap allow: on a busy machine two runs of one job may meet on the two
                 # workers, and skip would rightly record one skipped; this is about the beats.
                 policies={"queue": cluster.queue, "overlap": "allow"},
-            )
+            ),
+            actor=TESTS,
         )
         for name, task, seconds in specs
     ]
@@ -71,7 +74,7 @@ def test_plain_tasks_run_each_slot_once_across_beats_and_a_beat_kill(
     cluster.kill("beat-a")
     wait_for(lambda: timezone.now() > start + timedelta(seconds=16), 30, "8 more s of slots")
     for job in jobs:
-        services.pause(job.name)
+        services.pause(job.name, actor=TESTS)
 
     def settled() -> bool:
         return not JobRun.objects.filter(

@@ -21,6 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from jobs import dispatch, lease, registry
+from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.runner import execute_run
 from jobs.schedules import Every
@@ -34,6 +35,7 @@ WITH_CTX = "tests.plain_tasks.with_ctx"
 FENCED = "tests.plain_tasks.fenced_write"
 BOOM = "tests.plain_tasks.boom"
 HOURLY = Every(3600)
+TESTS = Actor.code("tests")
 
 
 def _plain_job(name: str, task: str = APPEND, **fields: Any) -> Job:
@@ -43,7 +45,8 @@ def _plain_job(name: str, task: str = APPEND, **fields: Any) -> Job:
     return create_job(
         JobDefinition(
             name=name, task=task, schedule=schedule, args=args, kwargs=kwargs, policies=fields
-        )
+        ),
+        actor=TESTS,
     )
 
 
