@@ -39,6 +39,8 @@ class JobDefinition:
 
 def get_job(name: str) -> Job:
     try:
+        if "\x00" in name:  # PostgreSQL text cannot hold NUL, so no job is named so
+            raise Job.DoesNotExist
         return Job.objects.select_related(*JOB_DISPLAY_RELATED).get(name=name)
     except Job.DoesNotExist:
         raise JobNotFound(f"no job named {name!r}") from None
@@ -58,7 +60,10 @@ def _locked(job: Job) -> Job:
 def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
     """Model validation plus what only the registry knows: the function exists and accepts
     the job's arguments. Raises ``ValidationError`` keyed by field name."""
-    errors: dict[str, list[str]] = {}
+    errors = _nul_errors(job)
+    if errors:
+        # Before the model's checks, whose uniqueness query the database would refuse.
+        raise ValidationError(errors)
     try:
         job.full_clean(exclude=exclude)
     except ValidationError as exc:
@@ -74,6 +79,15 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
             errors.update(_continuous_errors(job))
     if errors:
         raise ValidationError(errors)
+
+
+def _nul_errors(job: Job) -> dict[str, list[str]]:
+    """The text fields holding a NUL character, which PostgreSQL text cannot store."""
+    return {
+        field.name: ["Null characters are not allowed."]
+        for field in job._meta.concrete_fields
+        if isinstance(value := getattr(job, field.attname), str) and "\x00" in value
+    }
 
 
 def _argument_errors(job: Job) -> dict[str, list[str]]:

@@ -392,6 +392,11 @@ BAD_ADD_INPUT = [
         id="lock-key-too-long",
     ),
     pytest.param(
+        ["--every", "10s", "--queue", "re\x00ports"],
+        "jobs add: error: --queue: Null characters are not allowed.",
+        id="queue-nul",
+    ),
+    pytest.param(
         ["--every", "10s", "--colour", "red"],
         "jobs add: error: unrecognized arguments: --colour red",
         id="unknown-flag",
@@ -487,9 +492,10 @@ def test_usage_errors_of_other_verbs(args: list[str], message: str) -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("verb", ["show", "run", "pause", "resume", "remove", "runs"])
-def test_an_unknown_job_name_is_status_1(verb: str) -> None:
-    error = jobs_error(verb, "ghost")
-    assert str(error) == f"jobs {verb}: error: no job named 'ghost'"
+@pytest.mark.parametrize("name", ["ghost", "gh\x00ost"])
+def test_an_unknown_job_name_is_status_1(verb: str, name: str) -> None:
+    error = jobs_error(verb, name)
+    assert str(error) == f"jobs {verb}: error: no job named {name!r}"
     assert error.returncode == 1
 
 

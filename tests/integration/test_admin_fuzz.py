@@ -1,0 +1,160 @@
+"""Property-based fuzzing of the admin's job form (hypothesis, through the Django test client):
+whatever each field holds, the add and change pages answer a redirect (saved) or the form again
+with errors on the fields at fault; never a 500, never a traceback (the test client re-raises
+any exception a view lets through)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs import services
+from jobs.audit import Actor
+from jobs.forms import JobForm
+from jobs.models import Job
+from jobs.schedules import Every
+
+pytestmark = pytest.mark.django_db
+
+TASK = "tests.record"  # registered by tests/jobs_under_test.py; takes log and seconds
+
+# A valid job to start each example from: every example then spoils one to three fields of
+# one kind with values that broke an edge once or sit on a limit, or with random text.
+VALID: dict[str, str] = {
+    "name": "fuzzed",
+    "task": TASK,
+    "enabled": "on",
+    "schedule_type": "interval",
+    "every": "10s",
+    "cron": "30 2 * * 1-5",
+    "timezone": "Europe/Paris",
+    "run_at_0": "2030-01-02",
+    "run_at_1": "09:30:00",
+    "args": "[]",
+    "kwargs": '{"log": "-"}',
+    "overlap": "skip",
+    "start_deadline": "300",
+    "catch_up": "latest",
+    "on_lost": "abandon",
+    "max_retries": "0",
+    "retry_backoff": "10",
+    "soft_time_limit": "",
+    "time_limit": "",
+    "lease_ttl": "30",
+    "min_hold": "0",
+    "queue": "default",
+    "priority": "",
+}
+SPOILED_TOGETHER: dict[str, tuple[list[str], list[str]]] = {
+    "json": (
+        ["args", "kwargs"],
+        [
+            "[",
+            "[" * 5000 + "]" * 5000,
+            "[" + "9" * 5000 + "]",
+            '["\\u0000"]',
+            '{"log": "\\u0000"}',
+            '{"\\u0000": 1}',
+            '{"log": "-", "seconds": NaN}',
+            '{"log": "-", "seconds": 1e400}',
+            '{"log": "-", "seconds": ' + "[" * 40 + "]" * 40 + "}",
+            '{"log": "-", "city": "' + "x" * 300 + '"}',
+            '"text"',
+            "null",
+        ],
+    ),
+    "schedule": (
+        ["schedule_type", "every", "cron", "timezone", "run_at_0", "run_at_1"],
+        [
+            "cron",
+            "one_off",
+            "continuous",
+            "0 0 31 2 *",
+            "0 0 * 2 1#5",
+            "0 0 * * " + ",".join(["1"] * 200),
+            "61 * * * *",
+            "1," * 150 + "0 * * * *",
+            "America",
+            "Etc",
+            "Europe/Paris\x00",
+            "../../etc/passwd",
+            "Z" * 5000,
+            "-5m",
+            "0s",
+            "99999999999w",
+            "0001-01-01",
+            "9999-12-31",
+            "23:59:59",
+            "24:00",
+        ],
+    ),
+    "number": (
+        [
+            "start_deadline",
+            "max_retries",
+            "retry_backoff",
+            "soft_time_limit",
+            "time_limit",
+            "lease_ttl",
+            "min_hold",
+            "priority",
+        ],
+        ["-1", "0", "1", "3", "2147483648", "9" * 5000, "1e400", "NaN", "1.5", "٣"],
+    ),
+    "text": (
+        ["name", "task", "queue", "overlap", "catch_up", "on_lost", "enabled"],
+        ["", " ", "\x00", "a\x00b", "a/b", "A" * 5000, "os.system", "tests.by_city"],
+    ),
+}
+# Text as a browser may post it: no lone surrogates (not encodable in a form post).
+TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40)
+
+
+@st.composite
+def spoiled_forms(draw: st.DrawFn) -> dict[str, str]:
+    data = dict(VALID)
+    data["schedule_type"] = draw(st.sampled_from(["interval", "cron", "one_off", "continuous"]))
+    fields, hostile = SPOILED_TOGETHER[draw(st.sampled_from(sorted(SPOILED_TOGETHER)))]
+    for name in draw(st.lists(st.sampled_from(fields), min_size=1, max_size=3, unique=True)):
+        data[name] = draw(st.one_of(st.sampled_from(hostile), TEXT))
+    return data
+
+
+def _named(message: str, fields: set[str]) -> bool:
+    """Whether a form-wide message names the fields it is about (e.g. the time limits)."""
+    text = message.lower()
+    return any(name.replace("_", " ") in text or name in text for name in fields)
+
+
+def test_the_job_form_answers_every_input_with_a_page_and_field_errors(admin_client: Any) -> None:
+    existing = services.create_job(
+        services.JobDefinition(name="existing", task=TASK, schedule=Every(60), kwargs={"log": "-"}),
+        actor=Actor.code("tests"),
+    )
+    fields = set(JobForm.base_fields)
+    urls = [reverse("admin:jobs_job_add"), reverse("admin:jobs_job_change", args=[existing.pk])]
+
+    @settings(
+        max_examples=80,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(data=spoiled_forms(), url=st.sampled_from(urls))
+    def post(data: dict[str, str], url: str) -> None:
+        response = admin_client.post(url, data)
+
+        assert response.status_code in (200, 302), response.status_code
+        if response.status_code == 302:
+            assert Job.objects.filter(name=data["name"].strip()).exists()
+            return
+        errors = response.context["adminform"].form.errors
+        assert errors, "a page shown again must say what is wrong"
+        for key, messages in errors.items():
+            assert key in fields or (key == "__all__" and all(_named(m, fields) for m in messages))
+
+    post()

@@ -1,0 +1,156 @@
+"""Property-based fuzzing of ``manage.py jobs add`` and ``jobs run`` (hypothesis, in process
+through ``call_command``): whatever the flags hold, the command either does its work or fails
+with one line ``jobs VERB: error: ...`` that names the flag (or NAME) at fault and exit status
+2 (1 for a job that does not exist); never a traceback (any other exception fails the test)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs import services
+from jobs.audit import Actor
+from jobs.models import Job
+from jobs.schedules import Every
+
+pytestmark = pytest.mark.django_db
+
+TASK = "tests.record"  # registered by tests/jobs_under_test.py; takes log and seconds
+
+SCHEDULES = {
+    "--every": ["10s", "-5s", "0", "1.5s", "99999999999w", "9" * 5000, "soon"],
+    "--cron": [
+        "30 2 * * 1-5",
+        "0 0 31 2 *",
+        "0 0 * 2 1#5",
+        "61 * * * *",
+        "* * *",
+        "0 0 * * " + ",".join(["1"] * 200),
+        "\x00 * * * *",
+        "H * * * *",
+    ],
+    "--at": [
+        "2030-01-01T09:00Z",
+        "0001-01-01T00:00:00+14:00",
+        "9999-12-31T23:59:59-14:00",
+        "0001-01-01",
+        "tomorrow",
+        "2030-02-30T00:00Z",
+    ],
+}
+OPTIONS = {
+    "--tz": ["Europe/Paris", "America", "Etc", "Europe/Paris\x00", "../x", "Z" * 5000, ""],
+    "--args": ["[]", "[1]", "{}", "[", "[" * 5000 + "]" * 5000, "[" + "9" * 5000 + "]"],
+    "--kwargs": [
+        '{"log": "-"}',
+        '{"log": "\\u0000"}',
+        '{"\\u0000": "-"}',
+        '{"log": "-", "seconds": NaN}',
+        '{"log": "-", "seconds": 1e400}',
+        '{"log": "-", "seconds": ' + "[" * 40 + "]" * 40 + "}",
+        '{"log": "-", "city": "' + "x" * 300 + '"}',
+        "[1]",
+        "null",
+    ],
+    "--task": [TASK, "tests.by_city", "os.system", "", "\x00"],
+    "--overlap": ["skip", "wait", "sometimes", ""],
+    "--catch-up": ["latest", "none", "all"],
+    "--on-lost": ["abandon", "retry", "\x00"],
+    "--start-deadline": ["60s", "0", "-1", "1e400", "9" * 5000],
+    "--max-retries": ["3", "-1", "101", "9" * 5000, "1.5"],
+    "--retry-backoff": ["10s", "0s", "2147483648"],
+    "--soft-time-limit": ["30s", "1h", "0"],
+    "--time-limit": ["60s", "10s", "-1s"],
+    "--lease-ttl": ["30s", "1s", "2147483648"],
+    "--min-hold": ["0", "1m", "1w"],
+    "--queue": ["default", "", "\x00", "q" * 101],
+    "--priority": ["0", "9", "10", "-1", "x"],
+    "--colour": ["red"],  # not a flag of ours
+}
+NAMES = ["existing", "", " ", "a/b", "\x00", "a\x00b", "N" * 191, "-", "--every"]
+# Any text a script could pass (argv cannot carry lone surrogates).
+TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=30)
+# A valid command to start each example from: every example then spoils one or two flags (a
+# schedule flag replaces the schedule) with values that broke an edge once, or random text.
+VALID = {"--task": TASK, "--kwargs": '{"log": "-"}'}
+SCHEDULE = {"--every": "10s", "--cron": "30 2 * * 1-5", "--at": "2030-01-01T09:00Z"}
+_FRESH = itertools.count()
+
+
+def value(choices: list[str]) -> st.SearchStrategy[str]:
+    return st.one_of(st.sampled_from(choices), TEXT)
+
+
+@st.composite
+def add_flags(draw: st.DrawFn) -> list[str]:
+    name = f"job-{next(_FRESH)}"  # not drawn: hypothesis repeats draws, names must not clash
+    flags = dict(VALID)
+    schedule = dict([draw(st.sampled_from(sorted(SCHEDULE.items())))])
+    for flag in draw(
+        st.lists(
+            st.sampled_from(["NAME", "--continuous", *SCHEDULES, *OPTIONS]),
+            min_size=1,
+            max_size=2,
+            unique=True,
+        )
+    ):
+        if flag == "NAME":
+            name = draw(value(NAMES))
+        elif flag == "--continuous":
+            schedule = {flag: ""}
+        elif flag in SCHEDULES:
+            schedule = {flag: draw(value(SCHEDULES[flag]))}
+        else:
+            flags[flag] = draw(value(OPTIONS[flag]))
+    argv = ["add", name]
+    for flag, text in {**flags, **schedule}.items():
+        argv += [flag] if flag == "--continuous" else [flag, text]
+    return argv
+
+
+RUN_FLAGS = st.builds(lambda name: ["run", name], value(NAMES))
+
+
+def _names_a_flag(detail: str) -> bool:
+    return "--" in detail or "NAME" in detail or detail.startswith("no job named")
+
+
+def test_jobs_add_and_run_answer_every_input_with_work_or_one_line_naming_the_flag() -> None:
+    services.create_job(
+        services.JobDefinition(name="existing", task=TASK, schedule=Every(60), kwargs={"log": "-"}),
+        actor=Actor.code("tests"),
+    )
+
+    @settings(
+        max_examples=250,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(argv=st.one_of(add_flags(), RUN_FLAGS))
+    def call(argv: list[str]) -> None:
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            call_command("jobs", *argv, stdout=out, stderr=err)
+        except CommandError as exc:
+            line = str(exc)
+            prefix = f"jobs {argv[0]}: error: "
+            assert line.startswith(prefix) and "\n" not in line, line
+            assert _names_a_flag(line.removeprefix(prefix)), line
+            assert exc.returncode == (1 if line.startswith("jobs run: error: no job") else 2)
+            return
+        printed = out.getvalue()
+        assert printed.count("\n") == 1, printed
+        if argv[0] == "add":
+            assert printed.startswith("added job ")
+            Job.objects.get(name=argv[1])
+        else:
+            assert printed.strip().isdigit()
+
+    call()
