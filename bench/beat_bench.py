@@ -124,7 +124,7 @@ def create_jobs(
     from django.db import transaction
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-    from jobs.beat_link import beat_entry_name
+    from jobs.beat.entries import beat_entry_name
     from jobs.models import Job
 
     intervals: dict[int, IntervalSchedule] = {}
@@ -166,7 +166,7 @@ def create_jobs(
 
 
 def _ours() -> Any:
-    from jobs.beat import ClusterScheduler
+    from jobs.beat.scheduler import ClusterScheduler
     from project.celery import app
 
     return ClusterScheduler(app=app, maintain=False)
@@ -427,7 +427,7 @@ def measure_pickup(count: int, rounds: int, stock_rounds: int) -> dict[str, Any]
     from jobs import services
     from jobs.audit import Actor
     from jobs.models import Job
-    from jobs.schedules import Every
+    from jobs.schedule.kinds import Every
     from jobs.services import JobDefinition
 
     anchor = _future_anchor()
@@ -479,9 +479,9 @@ def _ticking(make: Callable[[], Any]) -> Iterator[_Ticking]:
 def _entry_probe(kind: str, ticking: _Ticking) -> Callable[[str], Any]:
     """What the running scheduler holds for a job name: its interval in seconds (or any
     schedule), or None when it does not schedule the job."""
-    from jobs.beat_link import beat_entry_name
+    from jobs.beat.entries import beat_entry_name
     from jobs.models import Job
-    from jobs.schedules import Every
+    from jobs.schedule.kinds import Every
 
     if kind == "ours":
         ids: dict[str, int] = {}

@@ -60,7 +60,7 @@ class Results:
 
     @property
     def bound(self) -> float:
-        from jobs.supervisor import SUPERVISION_PERIOD
+        from jobs.continuous.supervisor import SUPERVISION_PERIOD
 
         return 3 * self.heartbeat + SUPERVISION_PERIOD
 
@@ -111,8 +111,8 @@ class Bench:
         """Live node name prefix (``n3``) -> job keys it holds, from the lease table."""
         from django.db.models.functions import Now
 
+        from jobs.continuous.supervisor import node_of
         from jobs.models import Lease
-        from jobs.supervisor import node_of
 
         held: dict[str, list[str]] = {}
         for key, holder in Lease.objects.filter(expires_at__gt=Now()).values_list("key", "holder"):
@@ -167,7 +167,7 @@ class Bench:
 
         from django.db import connection
 
-        from jobs.supervisor import _SNAPSHOT
+        from jobs.continuous.supervisor import _SNAPSHOT
 
         timings = []
         with connection.cursor() as cursor:

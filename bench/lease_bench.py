@@ -74,7 +74,7 @@ _FLOOR_UPDATE = "UPDATE bench_floor SET n = n + 1 WHERE id = %(id)s AND n >= 0"
 
 @shared_task(name="bench.floor_noop")
 def floor_noop(log: str, n: int) -> None:
-    from jobs.lease import statement_cursor
+    from jobs.guard.lease import statement_cursor
 
     with statement_cursor() as cursor:
         cursor.execute(_FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
@@ -106,7 +106,7 @@ def measure_latency(samples: int) -> dict[str, list[float]]:
     from django.db import connection
     from django.utils import timezone
 
-    from jobs import lease, records
+    from jobs.guard import lease, run_records
     from jobs.models import Job, JobRun, RunStatus, Trigger
 
     results: dict[str, list[float]] = {}
@@ -143,11 +143,11 @@ def measure_latency(samples: int) -> dict[str, list[float]]:
     claim_times, finish_times = [], []
     for run in runs:
         started = time.perf_counter_ns()
-        claim = records.claim(run.pk, node="bench", pid=1, task_id="t", holder="bench:1")
+        claim = run_records.claim(run.pk, node="bench", pid=1, task_id="t", holder="bench:1")
         claim_times.append((time.perf_counter_ns() - started) / 1e6)
         assert claim is not None and claim.lease is not None
         started = time.perf_counter_ns()
-        finished = records.finish_fenced(
+        finished = run_records.finish_fenced(
             run.pk, key=claim.lease.key, token=claim.lease.token, status=RunStatus.SUCCEEDED
         )
         finish_times.append((time.perf_counter_ns() - started) / 1e6)

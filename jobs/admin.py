@@ -2,7 +2,7 @@
 runs; run history, leases and nodes read-only, because only the cluster writes them.
 
 django-celery-beat's own pages are removed: its rows carry job schedules and are written only
-through the job page (``jobs.forms.JobForm`` → ``jobs.services`` → ``jobs.beat_link``).
+through the job page (``jobs.forms.JobForm`` → ``jobs.services`` → ``jobs.beat.entries``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import presenting, services, tokens
+from jobs import services
 from jobs.audit import Actor
+from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.exceptions import NotTriggerable
 from jobs.forms import POLICY_FIELD_ORDER, JobForm
 from jobs.models import (
@@ -57,7 +58,7 @@ from jobs.models import (
     Node,
     RunStatus,
 )
-from jobs.nodes import Liveness, with_liveness
+from jobs.web import serializers, tokens
 
 for _beat_model in (
     PeriodicTask,
@@ -71,7 +72,7 @@ for _beat_model in (
 RECENT_RUNS = 20
 RECENT_AUDIT_ENTRIES = 10
 
-# The admin index links the jobs dashboard (jobs.dashboard, issue 6).
+# The admin index links the jobs dashboard (jobs.web.dashboard, issue 6).
 admin.site.index_template = "admin/jobs_index.html"
 
 _STATUS_COLOURS = {
@@ -295,18 +296,18 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="schedule")
     def schedule(self, job: Job) -> SafeString | str:
-        error = presenting.schedule_error(job)
+        error = serializers.schedule_error(job)
         if error is None:
-            return presenting.schedule_words(job)
+            return serializers.schedule_words(job)
         return format_html(
             '{}<br><strong class="errornote">cannot be scheduled: {}</strong>',
-            presenting.schedule_words(job),
+            serializers.schedule_words(job),
             error,
         )
 
     @admin.display(description="next slot")
     def next_slot(self, job: Job) -> Any:
-        return presenting.next_slot(job, timezone.now())
+        return serializers.next_slot(job, timezone.now())
 
     @admin.display(description="last run", ordering="last_run_status")
     def last_run_status(self, job: Job) -> SafeString | str:
@@ -426,7 +427,7 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Flower")
     def flower(self, run: JobRun) -> SafeString | str:
-        url = presenting.flower_task_url(run)
+        url = serializers.flower_task_url(run)
         if url is None:
             return "-"
         return format_html('<a href="{}" target="_blank" rel="noopener">task</a>', url)
@@ -486,7 +487,7 @@ class NodeAdmin(ReadOnlyAdmin):
             .annotate(n=Count("id"))
             .values("n")
         )
-        # Holders are "<node>:<pid>:..." (jobs.runner), so a node's leases share its prefix.
+        # Holders are "<node>:<pid>:..." (jobs.guard.runner), so a node's leases share its prefix.
         held = Lease.objects.filter(
             holder__startswith=Concat(OuterRef("name"), Value(":"), output_field=CharField()),
             expires_at__gt=Now(),
@@ -500,7 +501,7 @@ class NodeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="state", ordering="liveness")
     def liveness(self, node: Node) -> SafeString:
-        """alive / dead (3 missed heartbeats, jobs.nodes) / stopped (shut down cleanly)."""
+        """alive / dead (3 missed heartbeats: jobs.continuous.nodes) / stopped (shut down)."""
         state = getattr(node, "liveness", Liveness.DEAD)
         if state == Liveness.STOPPED:
             return format_html('<span style="color: #777">{}</span>', "stopped")
@@ -525,7 +526,7 @@ class NodeAdmin(ReadOnlyAdmin):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are created by ``manage.py apitoken create`` (the secret is shown once there);
-    here they can be seen and revoked (deleted, through ``jobs.tokens``: audited)."""
+    here they can be seen and revoked (deleted, through ``jobs.web.tokens``: audited)."""
 
     list_display = readonly_fields = (
         "name",

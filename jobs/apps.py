@@ -29,18 +29,18 @@ class JobsConfig(AppConfig):
                     f"JOBS_MODULES names {module!r}, which cannot be imported: {exc}"
                 ) from exc
         from jobs import checks  # noqa: F401  (registers system checks)
-        from jobs.beat_link import read_time_zones_leniently
+        from jobs.beat.entries import read_time_zones_leniently
 
         read_time_zones_leniently()
 
         post_migrate.connect(_sync_after_migrate, sender=self)
         # A worker's node heartbeat and continuous-job supervisor (its main process only).
-        from jobs.worker_hooks import connect_worker_signals
+        from jobs.worker_signals import connect_worker_signals
 
         connect_worker_signals()
 
 
 def _sync_after_migrate(**_kwargs: Any) -> None:
-    from jobs.sync import sync_declared_jobs
+    from jobs.beat.declared_jobs import sync_declared_jobs
 
     sync_declared_jobs()

@@ -2,7 +2,7 @@
 after.
 
 Entries are written by the write paths themselves (``jobs.services`` for jobs and leases,
-``jobs.tokens`` for tokens), inside the transaction of the change, so an entry exists exactly
+``jobs.web.tokens`` for tokens), inside the transaction of the change, so an entry exists exactly
 when its change was committed, whichever edge (admin, CLI, API) asked for it. Not by signals:
 bulk updates and raw SQL bypass them. Each committed entry is also logged on ``jobs.audit``.
 
@@ -25,7 +25,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 
 from jobs.models import AuditAction, AuditEntry, AuditSource, Job
-from jobs.presenting import POLICIES, schedule_words
+from jobs.web.serializers import POLICIES, schedule_words
 
 log = logging.getLogger("jobs.audit")
 

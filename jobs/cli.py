@@ -21,9 +21,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from jobs import jsonvalues
 from jobs.models import Job, JobRun, Lease, Node
-from jobs.presenting import schedule_error, schedule_words
 from jobs.registry import POLICY_FIELDS, JobSpec
-from jobs.schedules import (
+from jobs.schedule.kinds import (
     describe,
     parse_duration,
     parse_instant,
@@ -31,6 +30,7 @@ from jobs.schedules import (
     validate_cron,
     validate_timezone,
 )
+from jobs.web.serializers import schedule_error, schedule_words
 
 USAGE = 2
 RUNTIME = 1

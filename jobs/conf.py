@@ -17,10 +17,11 @@ from django.core.exceptions import ImproperlyConfigured
 class JobsConf:
     modules: tuple[str, ...]
     beat_max_interval: float
-    # Seconds between a worker node's heartbeats; 3 missed ones make it dead (jobs.nodes), and a
+    # Seconds between a worker node's heartbeats; 3 missed ones make it dead
+    # (jobs.continuous.nodes), and a
     # continuous job's lease lasts 3 heartbeats unless its lease_ttl is shorter.
     node_heartbeat: float = 5.0
-    # Beat maintenance (jobs.maintenance): how often a pass runs, and how long a run may stay
+    # Beat maintenance (jobs.upkeep.maintenance): how often a pass runs, and how long a run may stay
     # scheduled after its message was sent before it is published again.
     maintenance_interval: float = 5.0
     republish_after: float = 30.0
@@ -82,7 +83,7 @@ def _network(text: str) -> IPv4Network | IPv6Network:
 
 def _retention(status: str, text: str) -> timedelta | None:
     from jobs.models import TERMINAL_STATUSES
-    from jobs.schedules import parse_duration
+    from jobs.schedule.kinds import parse_duration
 
     name = f"JOBS_RETENTION_{status.upper()}"
     if status not in TERMINAL_STATUSES:

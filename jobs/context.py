@@ -10,7 +10,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from jobs import lease
+from jobs.guard import lease
 
 
 @dataclass

@@ -12,8 +12,9 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import records, registry
+from jobs import registry
 from jobs.exceptions import NotTriggerable
+from jobs.guard import run_records
 from jobs.models import Job, JobKind, JobRun, Trigger
 
 log = logging.getLogger(__name__)
@@ -92,9 +93,10 @@ def publish(
         options["event_dispatcher"] = _NO_SENT_EVENT
     if job.priority is not None:
         options["priority"] = job.priority
-    # The soft limit is the runner's (jobs.keeper sets ctx.stopping and the run records it),
-    # not Celery's, which would raise inside the job (or inside the fenced finish). The hard
-    # limit is Celery's: the pool kills the process, and jobs.hard_limit records the run failed.
+    # The soft limit is the runner's (jobs.guard.lease_keeper sets ctx.stopping and the run
+    # records it), not Celery's, which would raise inside the job (or inside the fenced finish).
+    # The hard limit is Celery's: the pool kills the process, and jobs.guard.hard_limit records
+    # the run failed.
     if job.time_limit is not None:
         options["time_limit"] = job.time_limit
     if producer is not None:
@@ -138,7 +140,7 @@ def _refuse_unregistered(job: Job, run_id: int) -> None:
         "the run was not sent to any worker"
     )
     log.error(error, extra={"action": "unregistered_task", "run_id": run_id, "job": job.name})
-    records.fail_unclaimed(run_id, node="", error=error)
+    run_records.fail_unclaimed(run_id, node="", error=error)
 
 
 def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL, idempotency_key: str = "") -> JobRun:

@@ -16,11 +16,12 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from jobs import beat_link, jsonvalues, registry, services
+from jobs import jsonvalues, registry, services
 from jobs.audit import Actor
+from jobs.beat import entries
 from jobs.models import Job, JobKind
 from jobs.registry import POLICY_FIELDS
-from jobs.schedules import (
+from jobs.schedule.kinds import (
     At,
     Cron,
     Every,
@@ -262,7 +263,7 @@ def _stored_schedule(job: Job) -> Schedule | None:
     if job.pk is None:
         return None
     try:
-        return beat_link.schedule_of(job.periodic_task)
+        return entries.schedule_of(job.periodic_task)
     except Exception:  # an unreadable entry (solar, a corrupted row): the operator types anew
         return None
 

@@ -1,7 +1,7 @@
 """The app's tables: job definitions, run records, leases and nodes.
 
 The schedule of a periodic job lives in django-celery-beat's schedule models (interval, crontab
-with time zone, clocked) through ``Job.periodic_task``; ``jobs.beat_link`` keeps that row in step
+with time zone, clocked) through ``Job.periodic_task``; ``jobs.beat.entries`` keeps that row in step
 with the job, so there is one place for each fact.
 """
 
@@ -212,7 +212,7 @@ class JobRun(models.Model):
     # every index is one more entry that each claim and finish (not HOT updates) must write.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs", db_index=False)
     scheduled_for = models.DateTimeField(help_text="The slot (UTC) or the trigger time.")
-    # Database defaults, because beats insert runs in bulk with raw SQL (jobs/records.py).
+    # Database defaults, because beats insert runs in bulk with raw SQL (jobs/guard/run_records.py).
     status = models.CharField(
         max_length=16, choices=RunStatus.choices, db_default=RunStatus.SCHEDULED
     )
@@ -267,7 +267,7 @@ class JobRun(models.Model):
                 condition=Q(trigger="scheduled"),
                 name="one_run_per_slot",
             ),
-            # The same Idempotency-Key twice (a client's retry) finds the first run (jobs.api).
+            # The same Idempotency-Key twice (a client's retry) finds the first run (jobs.web.api).
             models.UniqueConstraint(
                 fields=["job", "idempotency_key"],
                 condition=~Q(idempotency_key=""),
@@ -279,7 +279,7 @@ class JobRun(models.Model):
             models.Index(fields=["job", "-scheduled_for"], name="jobrun_job_slot"),
             models.Index(fields=["node", "-scheduled_for"], name="jobrun_node_slot"),
             models.Index(fields=["-scheduled_for"], name="jobrun_slot"),
-            # The few runs not yet counted into RunRollup (jobs.runstats.fold).
+            # The few runs not yet counted into RunRollup (jobs.upkeep.rollups.fold).
             models.Index(fields=["id"], condition=Q(folded=False), name="jobrun_unfolded"),
             # For ON DELETE SET NULL when retention deletes a retried run. Partial, so the
             # runs that are no retry (nearly all) cost it nothing when they are updated.
@@ -308,7 +308,7 @@ class JobRun(models.Model):
 class Lease(models.Model):
     """One row per lock key. Valid while ``expires_at > now()`` by the database clock.
 
-    All reads and writes of this table that carry a guarantee are in ``jobs/lease.py``.
+    All reads and writes of this table that carry a guarantee are in ``jobs/guard/lease.py``.
     """
 
     key = models.CharField(max_length=255, primary_key=True)
@@ -349,7 +349,7 @@ class Node(models.Model):
     started_at = models.DateTimeField()
     last_heartbeat = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
-    # Each node judges the others by their own interval (jobs.nodes): a rolling change of
+    # Each node judges the others by their own interval (jobs.continuous.nodes): a rolling change of
     # JOBS_NODE_HEARTBEAT must not make the nodes still on the old value look dead.
     heartbeat_interval = models.FloatField(
         default=5.0,
@@ -402,7 +402,7 @@ class ApiToken(models.Model):
 
 
 class BeatHeartbeat(models.Model):
-    """One ``celery beat`` process as it last reported itself (``jobs.health``): liveness for
+    """One ``celery beat`` process as it last reported itself (``jobs.web.health``): liveness for
     ``/healthz`` and the dashboard, tick cost for ``/metrics``."""
 
     name = models.CharField(max_length=255, unique=True, help_text="host:pid")
@@ -422,7 +422,7 @@ class BeatHeartbeat(models.Model):
 
 
 class RunRollup(models.Model):
-    """Totals of finished runs per job and status (``jobs.runstats.fold``): ``/metrics`` reads
+    """Totals of finished runs per job and status (``jobs.upkeep.rollups.fold``): ``/metrics`` reads
     these plus the few runs not yet counted, and they outlive retention, so its counters and
     histograms never go backwards."""
 
@@ -430,7 +430,7 @@ class RunRollup(models.Model):
     status = models.CharField(max_length=16, choices=RunStatus.choices)
     count = models.BigIntegerField(default=0)
     lag_sum = models.FloatField(default=0.0)
-    # Cumulative counts per bucket of jobs.runstats.LAG_BUCKETS, then +Inf.
+    # Cumulative counts per bucket of jobs.upkeep.rollups.LAG_BUCKETS, then +Inf.
     lag_buckets = models.JSONField(default=list)
     duration_sum = models.FloatField(default=0.0)
     duration_buckets = models.JSONField(default=list)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from celery import Task, current_app, shared_task
 
 from jobs.exceptions import RegistryConflict, RunFailed, RunLost, UnknownJobFunction
-from jobs.schedules import Cron, Schedule, parse_duration, parse_interval
+from jobs.schedule.kinds import Cron, Schedule, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
 F = TypeVar("F", bound=JobFunction)
@@ -281,8 +281,8 @@ def _qualified(func: JobFunction) -> str:
 def _register_celery_task(name: str) -> None:
     def run_job(self: Any, run_id: int, **_message_meta: Any) -> dict[str, Any]:
         # Imported here: the runner needs the ORM, which is not ready while job modules import.
-        from jobs.delivery import report
-        from jobs.runner import execute_run
+        from jobs.guard.delivery import report
+        from jobs.guard.runner import execute_run
 
         node = self.request.hostname or ""
         return report(execute_run(run_id, task_id=self.request.id or "", node=node))
@@ -293,8 +293,8 @@ def _register_celery_task(name: str) -> None:
 
 class RunTask(Task):
     """The Celery task of every job function, and ``RUN_TASK``. A run recorded failed or lost
-    raises ``RunFailed`` / ``RunLost`` once its record is written (``jobs.delivery``), so Celery
-    reports a failure: logged as an expected one (the runner logged the outcome) and
+    raises ``RunFailed`` / ``RunLost`` once its record is written (``jobs.guard.delivery``), so
+    Celery reports a failure: logged as an expected one (the runner logged the outcome) and
     acknowledged, never redelivered: the record already says what happened to the run."""
 
     throws = (RunFailed, RunLost)

@@ -14,14 +14,17 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.functions import Now
 
-from jobs import audit, beat_link, jsonvalues, lease, registry, retention
+from jobs import audit, jsonvalues, registry
 from jobs.audit import Actor
+from jobs.beat import entries
 from jobs.dispatch import trigger_now, trigger_once
 from jobs.exceptions import BadLockKey, JobNotFound
+from jobs.guard import lease
+from jobs.guard.runner import lock_key_for
 from jobs.models import JOB_DISPLAY_RELATED, AuditAction, Job, JobKind, JobRun, Lease, Trigger
 from jobs.registry import POLICY_FIELDS
-from jobs.runner import lock_key_for
-from jobs.schedules import Schedule
+from jobs.schedule.kinds import Schedule
+from jobs.upkeep import retention
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
     validate_job(job)
     job.save()
     if definition.schedule is not None:
-        job.periodic_task = beat_link.store(job, definition.schedule)
+        job.periodic_task = entries.store(job, definition.schedule)
         job.save(update_fields=["periodic_task"])
     audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
     return job
@@ -163,7 +166,7 @@ def save_job(job: Job, schedule: Schedule | None, *, actor: Actor) -> Job:
     validate_job(job)
     job.save()
     if schedule is not None:
-        job.periodic_task = beat_link.store(job, schedule)
+        job.periodic_task = entries.store(job, schedule)
         job.save(update_fields=["periodic_task"])
     if old_task is not None:
         old_task.delete()
@@ -178,7 +181,7 @@ def set_enabled(job: Job, enabled: bool, *, actor: Actor) -> Job:
     was = _locked(job).enabled
     job.enabled = enabled
     job.save(update_fields=["enabled", "updated_at"])
-    beat_link.refresh(job)
+    entries.refresh(job)
     action = AuditAction.RESUME if enabled else AuditAction.PAUSE
     audit.record(actor, action, job=job, before={"enabled": was}, after={"enabled": enabled})
     return job

@@ -59,10 +59,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Probes and the scrape (/livez, /readyz, /healthz, /metrics) answer before host validation
     # and the HTTPS redirect, so a load balancer or Prometheus can reach them by IP (issue 6).
-    "jobs.probes.ProbeMiddleware",
+    "jobs.web.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # A NUL in a URL (admin filters, searches, object ids) is a 400, not a database error.
-    "jobs.urlchecks.RefuseNulInUrl",
+    "jobs.web.urlchecks.RefuseNulInUrl",
     # Serves the admin's static files from the image (collectstatic) without a separate server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -147,7 +147,7 @@ CELERY_TASK_SEND_SENT_EVENT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
-CELERY_BEAT_SCHEDULER = "jobs.beat:ClusterScheduler"
+CELERY_BEAT_SCHEDULER = "jobs.beat.scheduler:ClusterScheduler"
 # Celery's Django fixup closes every database connection around each task unless this is set:
 # each run would pay for a new connection (~20 ms on a busy host, see bench/lease_bench.py).
 # The runner recycles connections the way Django does per request (CONN_MAX_AGE, health check).
@@ -170,7 +170,7 @@ JOBS_REPUBLISH_AFTER = env.float("JOBS_REPUBLISH_AFTER", default=30.0, minimum=0
 # machine's, to show that node clock skew does not change which slots run.
 JOBS_BEAT_TEST_CLOCK_OFFSET = env.float("JOBS_BEAT_TEST_CLOCK_OFFSET", default=0.0)
 # How often each worker node heartbeats (seconds); a node that misses 3 is dead, and its
-# continuous jobs move to live nodes (jobs.nodes, jobs.supervisor).
+# continuous jobs move to live nodes (jobs.continuous.nodes, jobs.continuous.supervisor).
 JOBS_NODE_HEARTBEAT = env.float("JOBS_NODE_HEARTBEAT", default=5.0, minimum=0.5)
 
 # --- Production hardening (checked by `manage.py check --deploy`) --------------------------
@@ -195,7 +195,7 @@ FLOWER_URL = env.str("FLOWER_URL", "") or ""
 # Who may scrape /metrics without an API token: comma-separated addresses or networks (CIDR).
 JOBS_METRICS_ALLOW_FROM = env.list("JOBS_METRICS_ALLOW_FROM")
 # How often each beat records its heartbeat, and after how long without one a beat counts as
-# gone for /healthz and the dashboard (seconds). Nodes: JOBS_NODE_HEARTBEAT (jobs.nodes).
+# gone for /healthz and the dashboard (seconds). Nodes: JOBS_NODE_HEARTBEAT (jobs.continuous.nodes).
 JOBS_BEAT_HEARTBEAT_INTERVAL = env.float("JOBS_BEAT_HEARTBEAT_INTERVAL", default=5.0, minimum=0.1)
 JOBS_BEAT_STALE_AFTER = env.float("JOBS_BEAT_STALE_AFTER", default=30.0, minimum=1.0)
 # How long finished runs are kept, per status: a duration ("7d", "12h") or "forever".

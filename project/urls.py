@@ -4,11 +4,11 @@ from django.contrib import admin
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from jobs import api, dashboard
+from jobs.web import api, dashboard
 
-# /livez, /readyz, /healthz and /metrics are answered by jobs.probes.ProbeMiddleware, ahead of
+# /livez, /readyz, /healthz and /metrics are answered by jobs.web.probes.ProbeMiddleware, ahead of
 # host validation and the HTTPS redirect (see the README's operations section).
-handler400 = "jobs.api.bad_request"
+handler400 = "jobs.web.api.bad_request"
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),

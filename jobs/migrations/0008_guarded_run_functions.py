@@ -5,7 +5,7 @@
 # as functions costs the server about a sixth less CPU per run (measured in the closing note of
 # issue 4): the executor no longer builds and evaluates every branch (late, skipped, retry) for
 # each run, only the one taken. Still one round trip each, and still one transaction each.
-# The lease rules are those of jobs/lease.py (TAKE_OVER_IF_LAPSED_PG, RELEASE_EXPIRY_PG); the
+# The lease rules are those of jobs/guard/lease.py (TAKE_OVER_IF_LAPSED_PG, RELEASE_EXPIRY_PG); the
 # lease contract suite and the run tests hold both to the same behaviour.
 
 import django.db.models.deletion

@@ -17,9 +17,10 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from jobs import dispatch, tokens
+from jobs import dispatch
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
+from jobs.web import tokens
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.acceptance.test_beats_cluster import (
     BEAT_ENV,

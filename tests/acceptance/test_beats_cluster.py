@@ -25,11 +25,11 @@ import pytest
 from django.utils import timezone
 
 from devtools.services import free_port, start_redis
-from jobs import records
 from jobs.audit import Actor
 from jobs.dispatch import publish
+from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Broker, Cluster, PrivatePostgres, wait_for
 
@@ -217,7 +217,7 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
 
     # The same run's message, published 5 times: one execution, four recorded duplicates.
     [dup] = _jobs(cluster, log, [("dup-3600-0", 3600)])
-    [created] = records.insert_scheduled([(dup.pk, _second(timezone.now()))])
+    [created] = run_records.insert_scheduled([(dup.pk, _second(timezone.now()))])
     with broker.producer() as producer:
         for _ in range(5):
             publish(dup, created.run_id, created.scheduled_for, producer=producer)

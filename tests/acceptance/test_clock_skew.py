@@ -1,7 +1,7 @@
 """Issue 10 acceptance: the failure model's clock row at ±2 minutes, on real processes whose
 wall clocks really are skewed (Debian's libfaketime; ``make test`` installs ``faketime``).
 
-Beats fire by the database's clock (``jobs.dbclock``), so a beat 2 minutes ahead starts no run
+Beats fire by the database's clock (``jobs.beat.clock``), so a beat 2 minutes ahead starts no run
 early and one 2 minutes behind none late; workers decide by the database's clock and by
 monotonic intervals only, so their skew changes neither the runs nor a continuous job's takeover.
 Run times are read from the database (``scheduled_for`` is the slot, ``started_at`` the claim's

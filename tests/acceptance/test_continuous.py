@@ -20,10 +20,10 @@ from django.db.models.functions import Now
 import tests.jobs_continuous  # noqa: F401  (the functions the workers will run)
 from jobs import services
 from jobs.audit import Actor
+from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.continuous.supervisor import SUPERVISION_PERIOD, node_of
 from jobs.models import JobRun, Lease, Node, RunStatus
-from jobs.nodes import Liveness, with_liveness
 from jobs.services import JobDefinition, create_job
-from jobs.supervisor import SUPERVISION_PERIOD, node_of
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.jobs_continuous import (
     FENCED,

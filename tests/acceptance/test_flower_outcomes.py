@@ -16,7 +16,7 @@ from devtools.services import free_port
 from jobs.audit import Actor
 from jobs.dispatch import trigger_now
 from jobs.models import Job, JobRun, RunStatus
-from jobs.schedules import At
+from jobs.schedule.kinds import At
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import FLOWER_AUTH, Cluster, flower_hears, flower_json, wait_for
 

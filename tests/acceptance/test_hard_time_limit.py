@@ -12,7 +12,7 @@ from django.db import connection
 
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, Lease, RunStatus
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Cluster, wait_for
 

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from jobs import lease
 from jobs.audit import Actor
 from jobs.dispatch import trigger_now
+from jobs.guard import lease
 from jobs.models import Job, JobRun, Lease, RunStatus
-from jobs.recovery import recover_lost_runs
-from jobs.schedules import Every, Schedule
+from jobs.schedule.kinds import Every, Schedule
 from jobs.services import JobDefinition, create_job
+from jobs.upkeep.recovery import recover_lost_runs
 from tests.acceptance.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.acceptance

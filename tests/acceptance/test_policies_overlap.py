@@ -12,7 +12,7 @@ import pytest
 
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Cluster, wait_for
 

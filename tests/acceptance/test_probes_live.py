@@ -10,9 +10,9 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import tokens
 from jobs.audit import Actor
 from jobs.models import JobRun, RunStatus
+from jobs.web import tokens
 from tests.acceptance.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.acceptance

@@ -118,6 +118,6 @@ def test_every_slot_runs_once_on_rabbitmq(cluster: Cluster, amqp_url: str, tmp_p
         for line in cluster.log_of(name).splitlines()
         if line.startswith("{")
     ]
-    finished = [r for r in records if r.get("logger") == "jobs.runner" and "run_id" in r]
+    finished = [r for r in records if r.get("logger") == "jobs.guard.runner" and "run_id" in r]
     assert finished, "no JSON line from the runner"
     assert all(record["node"].startswith(("node-a@", "node-b@")) for record in finished)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from jobs import lease
+from jobs.guard import lease
 from jobs.models import JobRun, RunStatus
 from tests.acceptance.conftest import Cluster, wait_for
 

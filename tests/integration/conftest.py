@@ -10,11 +10,12 @@ from django.test import Client
 
 import tests.jobs_under_test
 import tests.plain_tasks  # noqa: F401  (registers plain Celery tasks)
-from jobs import dispatch, tokens
+from jobs import dispatch
 from jobs.audit import Actor
 from jobs.models import Job
-from jobs.schedules import Every, Schedule
+from jobs.schedule.kinds import Every, Schedule
 from jobs.services import JobDefinition, create_job
+from jobs.web import tokens
 
 HOURLY = Every(3600)
 
@@ -55,7 +56,7 @@ def published(monkeypatch: pytest.MonkeyPatch) -> Published:
 
 @pytest.fixture
 def insider(db: None) -> Client:
-    """A client that may see the cluster's internals (``jobs.access``): it sends an API token,
+    """A client that may see the cluster's internals (``jobs.web.access``): it sends an API token,
     so the probes answer it their details."""
     secret = tokens.create("insider", actor=Actor.code("tests"))[1]
     return Client(headers={"authorization": f"Bearer {secret}"})

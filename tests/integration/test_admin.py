@@ -20,12 +20,13 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import job, lease, services
+from jobs import job, services
 from jobs.audit import Actor
 from jobs.forms import POLICY_FIELD_ORDER
+from jobs.guard import lease
 from jobs.models import AuditEntry, Job, JobKind, JobRun, Lease, Node, RunStatus, Trigger
 from jobs.registry import POLICY_FIELDS
-from jobs.schedules import Cron, Every
+from jobs.schedule.kinds import Cron, Every
 
 pytestmark = pytest.mark.django_db
 

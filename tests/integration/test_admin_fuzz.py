@@ -16,7 +16,7 @@ from jobs import services
 from jobs.audit import Actor
 from jobs.forms import JobForm
 from jobs.models import Job
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
 
 pytestmark = pytest.mark.django_db
 

@@ -18,11 +18,11 @@ from django.db import IntegrityError, connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from jobs import tokens
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
 from jobs.models import ApiToken, Job, JobRun, RunStatus, Trigger
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
+from jobs.web import tokens
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
 
-from jobs import tokens
 from jobs.audit import Actor
 from jobs.models import Job, JobRun
+from jobs.web import tokens
 from project.wsgi import application
 
 pytestmark = pytest.mark.django_db

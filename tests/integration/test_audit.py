@@ -23,9 +23,11 @@ from django.urls import reverse
 from django.utils import timezone
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-from jobs import lease, logcontext, tokens
+from jobs import logcontext
 from jobs.audit import Actor
+from jobs.guard import lease
 from jobs.models import ApiToken, AuditEntry, Job, JobRun
+from jobs.web import tokens
 
 pytestmark = pytest.mark.django_db
 

@@ -18,10 +18,10 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.audit import Actor
-from jobs.beat import ClusterScheduler
-from jobs.catchup import MAX_MISSED_RECORDED
+from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import Job, JobRun, RunStatus, ScheduleChange
-from jobs.schedules import At, Every
+from jobs.schedule.catchup import MAX_MISSED_RECORDED
+from jobs.schedule.kinds import At, Every
 from project.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -322,19 +322,19 @@ def test_a_failed_insert_loses_no_slot(
 ) -> None:
     from django.db import OperationalError
 
-    from jobs import records
+    from jobs.guard import run_records
 
     job = make_job(schedule=Every(10), queue=QUEUE)
     beat = _beat(clock)
-    original = records.insert_scheduled
+    original = run_records.insert_scheduled
 
     def broken(pairs: object) -> object:
         raise OperationalError("database went away")
 
-    monkeypatch.setattr(records, "insert_scheduled", broken)
+    monkeypatch.setattr(run_records, "insert_scheduled", broken)
     with pytest.raises(OperationalError):
         _tick(beat, clock.now + timedelta(seconds=10))
-    monkeypatch.setattr(records, "insert_scheduled", original)
+    monkeypatch.setattr(run_records, "insert_scheduled", original)
     _tick(beat, clock.now + timedelta(seconds=11))
     assert _slots(job) == [clock.now + timedelta(seconds=10)]
 

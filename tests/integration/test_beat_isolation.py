@@ -16,11 +16,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from jobs import services, slots
+from jobs import services
 from jobs.audit import Actor
-from jobs.beat import ClusterScheduler
+from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import Job, JobRun, ScheduleError
-from jobs.schedules import Cron, Every
+from jobs.schedule import slots
+from jobs.schedule.kinds import Cron, Every
 from project.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)

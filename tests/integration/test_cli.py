@@ -20,8 +20,9 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-from jobs import dispatch, job, lease
+from jobs import dispatch, job
 from jobs.context import JobContext
+from jobs.guard import lease
 from jobs.models import Job, JobRun, Node, RunStatus, Trigger
 
 MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jobs import services
 from jobs.audit import Actor
 from jobs.models import Job
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import dashboard, health, lease
 from jobs.conf import get_ops_conf
+from jobs.guard import lease
 from jobs.models import Job, JobRun, Node, NodeState, RunStatus
+from jobs.web import dashboard, health
 
 pytestmark = pytest.mark.django_db
 

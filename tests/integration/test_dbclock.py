@@ -1,4 +1,4 @@
-"""The database clock a beat fires by (jobs.dbclock), against real PostgreSQL: a machine clock
+"""The database clock a beat fires by (jobs.beat.clock), against real PostgreSQL: a machine clock
 2 minutes off reads the database's time to within a few milliseconds."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from django.db import DatabaseError
 from django.utils import timezone
 
-from jobs import records
-from jobs.beat import system_clock
-from jobs.dbclock import DatabaseClock
+from jobs.beat.clock import DatabaseClock
+from jobs.beat.scheduler import system_clock
+from jobs.guard import run_records
 
 pytestmark = pytest.mark.django_db
 
@@ -22,9 +22,9 @@ CLOSE = timedelta(milliseconds=50)
 
 def _error(clock: Callable[[], datetime]) -> timedelta:
     """How far ``clock`` reads from the database's clock (bracketed by two reads of it)."""
-    before = records.database_now()
+    before = run_records.database_now()
     read = clock()
-    after = records.database_now()
+    after = run_records.database_now()
     return max(before - read, read - after, timedelta(0))
 
 
@@ -48,7 +48,7 @@ def test_between_refreshes_the_machine_clock_advances_it() -> None:
     reads: list[datetime] = []
 
     def database() -> datetime:
-        reads.append(records.database_now())
+        reads.append(run_records.database_now())
         return reads[-1]
 
     clock = DatabaseClock(system_clock(-120.0), read_database=database, refresh_seconds=3600)

@@ -1,5 +1,5 @@
-"""The lease rules that carry guarantees 2 and 3 are written in ``jobs.lease`` and repeated, for
-speed, inside the guarded run's PL/pgSQL functions (migration 0008). This test reads the
+"""The lease rules that carry guarantees 2 and 3 are written in ``jobs.guard.lease`` and repeated,
+for speed, inside the guarded run's PL/pgSQL functions (migration 0008). This test reads the
 functions as the database holds them now and fails when either copy drifts from the other."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import pytest
 from django.db import connection
 
-from jobs import lease
+from jobs.guard import lease
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""A run killed at its hard time limit (jobs.hard_limit), against real PostgreSQL: what the
+"""A run killed at its hard time limit (jobs.guard.hard_limit), against real PostgreSQL: what the
 worker's main process records when Celery reports ``TimeLimitExceeded``. The real kill by a
 prefork worker is in tests/acceptance/test_hard_time_limit.py."""
 
@@ -12,7 +12,7 @@ import pytest
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from django.utils import timezone
 
-from jobs import hard_limit, lease, records
+from jobs.guard import hard_limit, lease, run_records
 from jobs.models import Job, JobRun, RunStatus, Trigger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +22,7 @@ REASON = "hard time limit of 20 s exceeded: the worker killed the process runnin
 
 def _claimed(job: Job) -> JobRun:
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    claim = records.claim(run.pk, node="node-x", pid=1, task_id="t", holder="node-x:1:run")
+    claim = run_records.claim(run.pk, node="node-x", pid=1, task_id="t", holder="node-x:1:run")
     assert claim is not None and claim.status == RunStatus.RUNNING
     run.refresh_from_db()
     return run
@@ -97,7 +97,7 @@ def test_a_run_that_recorded_its_outcome_keeps_it(make_job: Callable[..., Job]) 
     job = make_job(time_limit=20)
     run = _claimed(job)
     assert run.fencing_token is not None
-    records.finish_fenced(
+    run_records.finish_fenced(
         run.pk, key=run.lease_key, token=run.fencing_token, status=RunStatus.SUCCEEDED
     )
     _report(run, TimeLimitExceeded(20))

@@ -12,10 +12,10 @@ from django.db import DatabaseError
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from jobs import health, tokens
 from jobs.audit import Actor
 from jobs.conf import get_ops_conf
 from jobs.models import BeatHeartbeat, Node, NodeState
+from jobs.web import health, tokens
 
 pytestmark = pytest.mark.django_db
 

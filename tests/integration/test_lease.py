@@ -3,7 +3,7 @@ database clock, tokens that keep growing, stale handles that can do nothing.
 
 SQLite runs as a second Django connection (alias ``lease_sqlite``, a file under the test's
 tmp_path, the ``jobs_lease`` table created from the model), installed for the test only; the
-statements under test are those of ``jobs/lease.py``, chosen by the connection's vendor.
+statements under test are those of ``jobs/guard/lease.py``, chosen by the connection's vendor.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 from django.utils import timezone
 
-from jobs import lease
 from jobs.exceptions import LeaseLost
+from jobs.guard import lease
 from jobs.models import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -36,7 +36,7 @@ def _contend(worker: int, database_url: str, out: str, start: object) -> None:
     django.setup()
     from django.db import connection as conn
 
-    from jobs import lease
+    from jobs.guard import lease
 
     holder = f"fuzz-{worker}:{os.getpid()}"
     lines = []

@@ -1,4 +1,4 @@
-"""Detecting lost runs (jobs.recovery) and on_lost, against real PostgreSQL."""
+"""Detecting lost runs (jobs.upkeep.recovery) and on_lost, against real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import lease, records
+from jobs.guard import lease, run_records
+from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
-from jobs.recovery import recover_lost_runs
-from jobs.runner import execute_run
+from jobs.upkeep.recovery import recover_lost_runs
 from tests.integration.conftest import Published
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _running(job: Job, holder: str = "node-x:1:run") -> JobRun:
     """A run claimed (with its lease) by a worker that will never finish it."""
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    claim = records.claim(run.pk, node="node-x", pid=1, task_id="t", holder=holder)
+    claim = run_records.claim(run.pk, node="node-x", pid=1, task_id="t", holder=holder)
     assert claim is not None and claim.lease is not None
     run.refresh_from_db()
     return run
@@ -91,7 +91,7 @@ def test_the_retry_of_a_lost_run_is_not_retried_when_lost_again(
     assert recover_lost_runs(now=_later(60)) == [run.pk]
     retry = JobRun.objects.get(retry_of=run)
     assert lease.force_release(job.lock_key)
-    claim = records.claim(retry.pk, node="node-y", pid=2, task_id="t", holder="node-y:2:run")
+    claim = run_records.claim(retry.pk, node="node-y", pid=2, task_id="t", holder="node-y:2:run")
     assert claim is not None and claim.lease is not None
     assert recover_lost_runs(now=_later(120)) == [retry.pk]
     assert not JobRun.objects.filter(retry_of=retry).exists()
@@ -105,7 +105,7 @@ def test_a_lost_runs_late_finish_records_nothing(make_job: Callable[..., Job]) -
     newer = lease.acquire(job.lock_key, "newer", 30)
     assert newer is not None
     assert recover_lost_runs() == [run.pk]
-    finished = records.finish_fenced(
+    finished = run_records.finish_fenced(
         run.pk, key=job.lock_key, token=run.fencing_token or 0, status=RunStatus.SUCCEEDED
     )
     assert finished.status is None
@@ -120,7 +120,7 @@ def test_a_run_still_waiting_for_its_lease_long_after_its_deadline_is_lost(
     job = make_job(overlap="wait", start_deadline=60, lease_ttl=30)
     assert lease.acquire(job.lock_key, "other", 600) is not None
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    claim = records.claim(run.pk, node="node-x", pid=1, task_id="t", holder="node-x:1:run")
+    claim = run_records.claim(run.pk, node="node-x", pid=1, task_id="t", holder="node-x:1:run")
     assert claim is not None and claim.status == RunStatus.RUNNING and claim.lease is None
     assert recover_lost_runs(now=_later(80)) == []  # may still be waiting (deadline + ttl)
     assert recover_lost_runs(now=_later(100)) == [run.pk]
@@ -128,7 +128,7 @@ def test_a_run_still_waiting_for_its_lease_long_after_its_deadline_is_lost(
     assert run.error.startswith("took no lease within 90 s of its claim")
     # The worker, if it was only slow, can no longer take the lease for it.
     assert (
-        records.acquire_for_run(
+        run_records.acquire_for_run(
             run.pk, key=job.lock_key, holder="node-x:1:run", ttl=30, within_deadline=False
         )
         is None
@@ -140,7 +140,7 @@ def test_runs_under_overlap_allow_hold_no_lease_and_are_left_alone(
 ) -> None:
     job = make_job(overlap="allow")
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    assert records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run") is not None
+    assert run_records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run") is not None
     assert recover_lost_runs(now=_later(3600)) == []
 
 

@@ -13,9 +13,10 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from jobs import lease, maintenance
+from jobs.guard import lease
 from jobs.models import Job, JobRun, RunStatus, Trigger
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
+from jobs.upkeep import maintenance
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

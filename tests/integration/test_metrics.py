@@ -15,10 +15,12 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from jobs import health, lease, retention, runstats, tokens
 from jobs.audit import Actor
 from jobs.conf import get_ops_conf
+from jobs.guard import lease
 from jobs.models import Job, JobRun, Node, RunRollup, RunStatus
+from jobs.upkeep import retention, rollups
+from jobs.web import health, tokens
 
 pytestmark = pytest.mark.django_db
 
@@ -174,19 +176,19 @@ def test_folding_changes_no_number_and_counts_each_run_once(
     for hours in range(1, 6):
         _run(job, RunStatus.SUCCEEDED, lag=0.2 * hours, duration=hours, age_hours=hours)
     JobRun.objects.create(job=job, scheduled_for=timezone.now(), status=RunStatus.RUNNING)
-    before = runstats.totals()
+    before = rollups.totals()
 
-    assert runstats.fold(batch_size=2) == 5
-    assert runstats.fold() == 0
+    assert rollups.fold(batch_size=2) == 5
+    assert rollups.fold() == 0
 
     assert JobRun.objects.filter(folded=False).count() == 1  # the running one waits
-    assert sorted(map(_key, runstats.totals())) == sorted(map(_key, before))
+    assert sorted(map(_key, rollups.totals())) == sorted(map(_key, before))
     metrics = scrape()
     assert value(metrics["jobs_runs"], "jobs_runs_total", status="succeeded") == 5
     assert value(metrics["jobs_runs_active"], "jobs_runs_active", status="running") == 1
 
 
-def _key(stats: runstats.Stats) -> tuple[object, ...]:
+def _key(stats: rollups.Stats) -> tuple[object, ...]:
     return (
         stats.job_id,
         stats.status,
@@ -211,7 +213,7 @@ def test_concurrent_folders_never_count_a_run_twice(make_job: Callable[..., Job]
     def fold() -> None:
         try:
             barrier.wait()
-            folded.append(runstats.fold(batch_size=100))
+            folded.append(rollups.fold(batch_size=100))
         finally:
             connection.close()
 

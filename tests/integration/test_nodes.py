@@ -13,10 +13,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models.functions import Now
 
-from jobs import nodes
 from jobs.conf import JobsConf
+from jobs.continuous import nodes
+from jobs.continuous.nodes import Liveness, NodeHeartbeat, NodeInfo
 from jobs.models import Node
-from jobs.nodes import Liveness, NodeHeartbeat, NodeInfo
 from tests.acceptance.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

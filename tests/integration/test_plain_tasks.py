@@ -20,11 +20,12 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from jobs import dispatch, lease, registry
+from jobs import dispatch, registry
 from jobs.audit import Actor
+from jobs.guard import lease
+from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
-from jobs.runner import execute_run
-from jobs.schedules import Every
+from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

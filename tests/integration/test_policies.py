@@ -14,9 +14,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from jobs import lease, records
+from jobs.guard import lease, run_records
+from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
-from jobs.runner import execute_run
 from tests.integration.conftest import Published
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,7 +73,7 @@ def _intervals(log: Path) -> list[tuple[float, float, str]]:
 def test_the_claim_takes_the_lease_and_records_the_token(make_job: Callable[..., Job]) -> None:
     job = make_job()
     run = _run_for(job)
-    claim = records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run")
+    claim = run_records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run")
     assert claim is not None and claim.status == RunStatus.RUNNING
     assert claim.lease is not None and claim.lease.key == "job:j" and claim.lease.token == 1
     assert claim.job.name == "j" and claim.job.kwargs == job.kwargs
@@ -88,7 +88,7 @@ def test_a_claim_that_finds_the_lease_held_under_skip_records_skipped(
     job = make_job()
     assert lease.acquire(job.lock_key, "busy:1:run-7", 30) is not None
     run = _run_for(job)
-    claim = records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run")
+    claim = run_records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run")
     assert claim is not None and claim.status == RunStatus.SKIPPED and claim.lease is None
     run.refresh_from_db()
     assert run.status == RunStatus.SKIPPED and run.finished_at is not None
@@ -97,7 +97,7 @@ def test_a_claim_that_finds_the_lease_held_under_skip_records_skipped(
 
 def test_a_missed_claim_takes_no_lease(make_job: Callable[..., Job]) -> None:
     run = _run_for(make_job(start_deadline=5), ago=60)
-    claim = records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run")
+    claim = run_records.claim(run.pk, node="n", pid=1, task_id="t", holder="n:1:run")
     assert claim is not None and claim.status == RunStatus.MISSED and claim.lease is None
     assert not Lease.objects.exists()
 
@@ -105,7 +105,7 @@ def test_a_missed_claim_takes_no_lease(make_job: Callable[..., Job]) -> None:
 def test_a_derived_key_is_not_taken_by_the_claim(make_job: Callable[..., Job]) -> None:
     job = make_job(task="tests.by_city", kwargs={"log": "-", "city": "Paris"})
     run = _run_for(job)
-    claim = records.claim(
+    claim = run_records.claim(
         run.pk, node="n", pid=1, task_id="t", holder="h", keyed_tasks=["tests.by_city"]
     )
     assert claim is not None and claim.status == RunStatus.RUNNING and claim.lease is None

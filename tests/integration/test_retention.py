@@ -14,9 +14,9 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from jobs import retention, runstats
 from jobs.conf import get_ops_conf
 from jobs.models import BeatHeartbeat, Job, JobRun, RunRollup, RunStatus
+from jobs.upkeep import retention, rollups
 
 pytestmark = pytest.mark.django_db
 
@@ -97,12 +97,12 @@ def test_the_rollup_adds_up_what_was_deleted(make_job: Callable[..., Job]) -> No
             started_at=slot + timedelta(seconds=lag),
             finished_at=slot + timedelta(seconds=lag + 1),
         )
-    before = {(s.job_id, s.status): s for s in runstats.totals()}
+    before = {(s.job_id, s.status): s for s in rollups.totals()}
 
     retention.prune()
     retention.prune()  # nothing left to add: the totals stay
 
-    after = {(s.job_id, s.status): s for s in runstats.totals()}
+    after = {(s.job_id, s.status): s for s in rollups.totals()}
     key = (job.pk, RunStatus.FAILED)
     assert after[key].count == before[key].count == 3
     assert after[key].lag.buckets == before[key].lag.buckets

@@ -12,10 +12,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import lease, records
 from jobs.audit import Actor
+from jobs.guard import lease, run_records
+from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
-from jobs.runner import execute_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,8 +31,8 @@ def test_the_first_insert_of_a_slot_wins_and_repeats_create_nothing(
 ) -> None:
     a, b = make_job("a"), make_job("b")
     slot = timezone.now().replace(microsecond=0)
-    first = records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
-    again = records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
+    first = run_records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
+    again = run_records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
     assert {run.job_id for run in first} == {a.pk, b.pk}
     assert again == []
     assert JobRun.objects.filter(scheduled_for=slot).count() == 2
@@ -41,24 +41,24 @@ def test_the_first_insert_of_a_slot_wins_and_repeats_create_nothing(
 def test_manual_runs_may_share_a_slot_with_the_scheduled_one(make_job: Callable[..., Job]) -> None:
     job = make_job()
     slot = timezone.now().replace(microsecond=0)
-    records.insert_scheduled([(job.pk, slot)])
+    run_records.insert_scheduled([(job.pk, slot)])
     JobRun.objects.create(job=job, scheduled_for=slot, trigger=Trigger.MANUAL)
     assert JobRun.objects.filter(job=job).count() == 2
 
 
 def test_a_run_is_claimed_once_and_repeats_are_counted(make_job: Callable[..., Job]) -> None:
     run = _run_for(make_job())
-    claim = records.claim(run.pk, node="n1", pid=1, task_id="t")
+    claim = run_records.claim(run.pk, node="n1", pid=1, task_id="t")
     assert claim is not None and claim.status == RunStatus.RUNNING
-    assert records.claim(run.pk, node="n2", pid=2, task_id="t") is None
-    assert records.count_duplicate(run.pk) == RunStatus.RUNNING
+    assert run_records.claim(run.pk, node="n2", pid=2, task_id="t") is None
+    assert run_records.count_duplicate(run.pk) == RunStatus.RUNNING
     run.refresh_from_db()
     assert (run.node, run.duplicate_deliveries) == ("n1", 1)
 
 
 def test_a_claim_past_the_start_deadline_records_missed(make_job: Callable[..., Job]) -> None:
     run = _run_for(make_job(start_deadline=60), ago=90)
-    claim = records.claim(run.pk, node="n1", pid=1, task_id="t")
+    claim = run_records.claim(run.pk, node="n1", pid=1, task_id="t")
     assert claim is not None and claim.status == RunStatus.MISSED
     run.refresh_from_db()
     assert run.status == RunStatus.MISSED
@@ -188,12 +188,12 @@ def test_concurrent_claims_of_one_run_give_it_to_exactly_one(
     run = _run_for(make_job())
     claims = _concurrently(
         6,
-        lambda i: records.claim(run.pk, node=f"n{i}", pid=i, task_id="t", holder=f"n{i}:run"),
+        lambda i: run_records.claim(run.pk, node=f"n{i}", pid=i, task_id="t", holder=f"n{i}:run"),
     )
     won = [claim for claim in claims if claim is not None]
     assert len(won) == 1
     winner = won[0]
-    assert isinstance(winner, records.Claim) and winner.lease is not None
+    assert isinstance(winner, run_records.Claim) and winner.lease is not None
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING
     assert (run.node, run.fencing_token) == (winner.lease.holder.split(":")[0], winner.lease.token)
@@ -209,10 +209,10 @@ def test_concurrent_claims_of_one_jobs_runs_let_one_hold_and_record_the_rest_ski
     ]
     claims = _concurrently(
         6,
-        lambda i: records.claim(runs[i].pk, node=f"n{i}", pid=i, task_id="t", holder=f"n{i}:r"),
+        lambda i: run_records.claim(runs[i].pk, node=f"n{i}", pid=i, task_id="t", holder=f"n{i}:r"),
     )
-    assert all(isinstance(claim, records.Claim) for claim in claims)
-    holders = [c for c in claims if isinstance(c, records.Claim) and c.lease is not None]
+    assert all(isinstance(claim, run_records.Claim) for claim in claims)
+    holders = [c for c in claims if isinstance(c, run_records.Claim) and c.lease is not None]
     assert len(holders) == 1
     holder = holders[0]
     assert holder.lease is not None

@@ -18,11 +18,12 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import dispatch, tokens
+from jobs import dispatch
 from jobs.audit import Actor
-from jobs.beat import ClusterScheduler
+from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
-from jobs.schedules import Cron
+from jobs.schedule.kinds import Cron
+from jobs.web import tokens
 from project.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,12 +17,14 @@ from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 import tests.jobs_continuous  # noqa: F401  (registers the functions)
-from jobs import lease, nodes, services, tenures
+from jobs import services
 from jobs.audit import Actor
+from jobs.continuous import nodes, tenures
+from jobs.continuous.nodes import NodeInfo
+from jobs.continuous.supervisor import Supervisor, node_of
+from jobs.guard import lease
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
-from jobs.nodes import NodeInfo
 from jobs.services import JobDefinition, create_job
-from jobs.supervisor import Supervisor, node_of
 from tests.acceptance.conftest import wait_for
 from tests.jobs_continuous import fenced_token_regressions, read_events
 

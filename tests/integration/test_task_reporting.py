@@ -17,12 +17,14 @@ from django.test import override_settings
 from django.utils import timezone
 from kombu import Connection
 
-from jobs import dispatch, presenting, records
+from jobs import dispatch
 from jobs.conf import get_ops_conf
 from jobs.exceptions import RunFailed, RunLost
+from jobs.guard import run_records
 from jobs.models import Job, JobKind, JobRun, RunStatus, Trigger
-from jobs.recovery import recover_lost_runs
 from jobs.registry import RunTask
+from jobs.upkeep.recovery import recover_lost_runs
+from jobs.web import serializers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,7 +75,7 @@ def test_succeeded_skipped_and_duplicate_deliveries_report_what_happened(
     assert run.duplicate_deliveries == 1
 
     held = _new_run(job)
-    claim = records.claim(held.pk, node="n", pid=1, task_id="t", holder="other:1:run")
+    claim = run_records.claim(held.pk, node="n", pid=1, task_id="t", holder="other:1:run")
     assert claim is not None and claim.lease is not None
     skipped = _apply(_new_run(job))
     assert skipped.state == "SUCCESS"
@@ -133,7 +135,7 @@ class _Dispatcher:
 
 def _lost_run(job: Job, node: str) -> JobRun:
     run = _new_run(job)
-    claim = records.claim(run.pk, node=node, pid=1, task_id="t", holder=f"{node}:1:run")
+    claim = run_records.claim(run.pk, node=node, pid=1, task_id="t", holder=f"{node}:1:run")
     assert claim is not None and claim.lease is not None
     return run
 
@@ -192,9 +194,9 @@ def test_continuous_tenures_link_to_no_flower_page(make_job: Callable[..., Job])
     with override_settings(FLOWER_URL="http://flower.example:5555/"):
         get_ops_conf.cache_clear()
         try:
-            assert presenting.flower_task_url(periodic) == (
+            assert serializers.flower_task_url(periodic) == (
                 f"http://flower.example:5555/task/jobrun-{periodic.pk}"
             )
-            assert presenting.flower_task_url(tenure) is None
+            assert serializers.flower_task_url(tenure) is None
         finally:
             get_ops_conf.cache_clear()

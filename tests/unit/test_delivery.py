@@ -1,4 +1,4 @@
-"""How the Celery task of a run reports each recorded outcome (jobs.delivery), so Flower shows
+"""How the Celery task of a run reports each recorded outcome (jobs.guard.delivery), so Flower shows
 the run as recorded."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from celery.exceptions import Ignore
 
-from jobs.delivery import Delivery, report
 from jobs.exceptions import RunFailed, RunLost
+from jobs.guard.delivery import Delivery, report
 from jobs.models import RunStatus
 
 

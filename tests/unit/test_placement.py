@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.placement import plan
+from jobs.continuous.placement import plan
 
 Q = frozenset({"default"})
 

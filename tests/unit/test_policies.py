@@ -8,7 +8,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.policies import MAX_RETRY_DELAY_SECONDS, retry_delay
+from jobs.guard.policies import MAX_RETRY_DELAY_SECONDS, retry_delay
 
 
 @given(base=st.integers(1, 3600), attempt=st.integers(1, 100), seed=st.integers())

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.schedules import (
+from jobs.schedule.kinds import (
     At,
     Cron,
     Every,
@@ -122,7 +122,7 @@ def test_a_long_cron_is_refused_before_croniter_reads_it() -> None:
 def test_the_field_limits_are_the_beat_columns() -> None:
     from django_celery_beat.models import CrontabSchedule
 
-    from jobs.schedules import CRON_FIELD_MAX_LENGTHS, MAX_TIMEZONE_LENGTH
+    from jobs.schedule.kinds import CRON_FIELD_MAX_LENGTHS, MAX_TIMEZONE_LENGTH
 
     columns = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
     widths = tuple(CrontabSchedule._meta.get_field(name).max_length for name in columns)

@@ -1,7 +1,7 @@
 """Slot maths: deterministic, monotonic, no slot twice, none skipped, and the DST rule.
 
-The cron properties compare ``jobs.slots`` with a brute-force enumeration that walks every UTC
-minute of a window and applies the documented rule directly (no croniter involved)."""
+The cron properties compare ``jobs.schedule.slots`` with a brute-force enumeration that walks every
+UTC minute of a window and applies the documented rule directly (no croniter involved)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.schedules import At, Cron, Every
-from jobs.slots import EPOCH, latest_slot, next_slot, previous_slot, slots_in
+from jobs.schedule.kinds import At, Cron, Every
+from jobs.schedule.slots import EPOCH, latest_slot, next_slot, previous_slot, slots_in
 
 instants = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)

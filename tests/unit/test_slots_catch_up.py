@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.catchup import CURRENT_SLOT_GRACE, MAX_MISSED_RECORDED, NO_BEAT, plan
-from jobs.schedules import At, Cron, Every
-from jobs.slots import next_slot
+from jobs.schedule.catchup import CURRENT_SLOT_GRACE, MAX_MISSED_RECORDED, NO_BEAT, plan
+from jobs.schedule.kinds import At, Cron, Every
+from jobs.schedule.slots import next_slot
 
 T = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
 

@@ -9,9 +9,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from jobs import cli, tokens
+from jobs import cli
 from jobs.audit import Actor
 from jobs.models import ApiToken
+from jobs.web import tokens
 
 
 class Command(BaseCommand):

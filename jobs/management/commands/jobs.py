@@ -21,8 +21,9 @@ from django.core.management.base import (
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
-from jobs import cli, presenting, registry, services
+from jobs import cli, registry, services
 from jobs.audit import Actor
+from jobs.continuous.nodes import with_liveness
 from jobs.exceptions import JobNotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
@@ -35,9 +36,9 @@ from jobs.models import (
     Overlap,
     RunStatus,
 )
-from jobs.nodes import with_liveness
-from jobs.presenting import schedule_words
-from jobs.schedules import At, Cron, Schedule, describe
+from jobs.schedule.kinds import At, Cron, Schedule, describe
+from jobs.web import serializers
+from jobs.web.serializers import schedule_words
 
 VERBS = (
     "add",
@@ -132,7 +133,7 @@ class Command(BaseCommand):
             "List what a job may run: @job functions (with their declared schedule) and the "
             "project's Celery tasks.",
         )
-        # issue 6: history retention (jobs.retention)
+        # issue 6: history retention (jobs.upkeep.retention)
         prune = verbs.add_parser(
             "prune", verb="prune", help="Delete finished runs older than JOBS_RETENTION_<STATUS>."
         )
@@ -399,4 +400,4 @@ def _schedule(options: dict[str, Any]) -> Schedule | None:
 
 def _state(job: Job) -> str:
     state = "enabled" if job.enabled else "paused"
-    return f"{state}, SCHEDULE ERROR" if presenting.schedule_error(job) else state
+    return f"{state}, SCHEDULE ERROR" if serializers.schedule_error(job) else state

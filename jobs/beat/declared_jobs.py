@@ -1,0 +1,65 @@
+"""Jobs declared in code (``@job("x", every=...)``) get their row on migrate and beat start-up.
+
+A declared job's row is created once. While nobody has edited it (``managed_by_code``), later
+changes to the declaration update it; once an operator changes its schedule or policies in the
+admin or CLI, the row is theirs and the code no longer touches it. Pausing never counts as an
+edit, and sync never touches ``enabled``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from jobs import registry
+from jobs.audit import Actor
+from jobs.beat import entries
+from jobs.models import Job
+from jobs.services import JobDefinition, create_job, save_job
+
+log = logging.getLogger(__name__)
+
+# Who the audit trail says changed a declared job's row.
+DECLARATION = Actor.code("declaration")
+
+
+def sync_declared_jobs() -> list[str]:
+    """Create or update the rows of code-declared jobs; returns the names changed."""
+    changed = []
+    for spec in registry.specs():
+        if not spec.declares_job:
+            continue
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(name=spec.name).first()
+            if job is None:
+                create_job(
+                    JobDefinition(
+                        name=spec.name,
+                        task=spec.name,
+                        schedule=spec.schedule,
+                        policies=spec.policies,
+                    ),
+                    actor=DECLARATION,
+                    managed_by_code=True,
+                )
+                changed.append(spec.name)
+            elif job.managed_by_code and _apply_declaration(job, spec):
+                changed.append(spec.name)
+    if changed:
+        log.info("declared jobs synced: %s", ", ".join(changed), extra={"action": "jobs_synced"})
+    return changed
+
+
+def _apply_declaration(job: Job, spec: registry.JobSpec) -> bool:
+    before = (entries.schedule_of(job.periodic_task), _policies(job, spec))
+    if before == (spec.schedule, spec.policies):
+        return False
+    for name, value in spec.policies.items():
+        setattr(job, name, value)
+    save_job(job, spec.schedule, actor=DECLARATION)
+    return True
+
+
+def _policies(job: Job, spec: registry.JobSpec) -> dict[str, object]:
+    return {name: getattr(job, name) for name in spec.policies}

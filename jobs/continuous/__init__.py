@@ -1,0 +1,1 @@
+"""Continuous jobs: nodes, placement, the supervisor and tenures."""

@@ -1,0 +1,1 @@
+"""The guarded run: lease with fencing, run records, the runner and its policies."""

@@ -1,0 +1,225 @@
+"""The heartbeat that keeps a run's lease alive, and notices when it cannot."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from django.db import DatabaseError, connection
+
+from jobs.guard import lease
+from jobs.guard.lease import HeldLease
+
+log = logging.getLogger(__name__)
+
+# After a renewal failed on a database error, try again this soon (the local deadline still
+# bounds how long the run may go on without a successful renewal).
+RETRY_AFTER_ERROR_SECONDS = 1.0
+# How long the heartbeat thread sleeps when it keeps no lease.
+IDLE_SECONDS = 60.0
+
+
+class LeaseKeeper:
+    """Renews ``held`` every ttl/3 while the run's function runs.
+
+    ``stopping`` (the run's ``ctx.stopping``) is set when:
+
+    - the lease is *lost*: the database refused a renewal (the token no longer holds) or the
+      local deadline passed without a successful renewal (the database is unreachable, or the
+      process was paused); the outcome will then be fenced;
+    - another run asked this holder to stop (overlap ``replace``), seen at a renewal;
+    - the job's soft time limit passed.
+
+    The renewals happen on the process's heartbeat thread (on a database connection of its own,
+    opened for each round of renewals), shared by every keeper of the process: starting a thread
+    per run would cost more than a short run itself. After ``stop()`` returns no renewal of this
+    keeper is in flight or to come.
+    """
+
+    def __init__(
+        self,
+        held: HeldLease,
+        stopping: threading.Event,
+        *,
+        soft_time_limit: float | None = None,
+    ) -> None:
+        self._current = held
+        self._stopping = stopping
+        self._lock = threading.Lock()  # held by the heartbeat thread while it acts for us
+        self._stopped = False
+        self._lost = threading.Event()
+        self._lost_reason = ""
+        self._soft_limit = soft_time_limit
+        # Pending while set; cleared when reached.
+        self._soft_deadline = (
+            None if soft_time_limit is None else time.monotonic() + soft_time_limit
+        )
+        self._soft_limit_reached = threading.Event()
+        self._next_renewal = time.monotonic() + held.ttl / 3
+
+    @property
+    def current(self) -> HeldLease:
+        return self._current
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set() or not self._current.locally_valid
+
+    @property
+    def lost_reason(self) -> str:
+        if self._lost_reason:
+            return self._lost_reason
+        return "" if self._current.locally_valid else "the local deadline passed"
+
+    @property
+    def stop_requested_by(self) -> str:
+        """Who asked this run to stop (overlap ``replace``), or ``""``."""
+        return self._current.stop_requested_by
+
+    @property
+    def soft_limit_reached(self) -> bool:
+        return self._soft_limit_reached.is_set()
+
+    def start(self) -> None:
+        _HEARTBEAT.add(self)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+        _HEARTBEAT.remove(self)
+
+    # --- on the heartbeat thread ------------------------------------------------------------
+
+    def _wake_at(self) -> float:
+        if self._stopped or self._lost.is_set():
+            return float("inf")
+        wake = min(self._next_renewal, self._current.local_deadline)
+        return wake if self._soft_deadline is None else min(wake, self._soft_deadline)
+
+    def _tick(self) -> None:
+        with self._lock:
+            if self._stopped or self._lost.is_set():
+                return
+            now = time.monotonic()
+            if self._soft_deadline is not None and now >= self._soft_deadline:
+                self._reach_soft_limit()
+            if now >= self._current.local_deadline:
+                self._declare_lost("no successful renewal before the local deadline")
+            elif now >= self._next_renewal:
+                renewed = self._renew_once()
+                wait = self._current.ttl / 3 if renewed else RETRY_AFTER_ERROR_SECONDS
+                self._next_renewal = time.monotonic() + wait
+
+    def _renew_once(self) -> bool:
+        """One renewal; ``False`` when the database could not be asked."""
+        try:
+            renewed = lease.renew(self._current)
+        except DatabaseError as exc:
+            # Keep trying until the local deadline: a blip must not stop a healthy run.
+            log.warning(
+                "lease renewal failed, retrying",
+                extra={"action": "lease_renew_error", "key": self._current.key, "error": str(exc)},
+            )
+            connection.close()
+            return False
+        if renewed is None:
+            self._declare_lost("the database refused the renewal (lapsed or taken over)")
+            return True
+        if renewed.stop_requested_by and not self._current.stop_requested_by:
+            log.info(
+                "asked to stop by %s",
+                renewed.stop_requested_by,
+                extra={"action": "stop_requested", "key": renewed.key, "token": renewed.token},
+            )
+            self._stopping.set()
+        self._current = renewed
+        return True
+
+    def _reach_soft_limit(self) -> None:
+        log.warning(
+            "soft time limit of %s s reached: asking the job to stop",
+            self._soft_limit,
+            extra={"action": "soft_time_limit", "key": self._current.key},
+        )
+        self._soft_deadline = None
+        self._soft_limit_reached.set()
+        self._stopping.set()
+
+    def _declare_lost(self, reason: str) -> None:
+        log.error(
+            "lease lost: %s",
+            reason,
+            extra={"action": "lease_lost", "key": self._current.key, "token": self._current.token},
+        )
+        self._lost_reason = reason
+        self._lost.set()
+        self._stopping.set()
+
+
+class _Heartbeat:
+    """The one thread per process that acts for every started keeper when it is due.
+
+    Started on first use in each process (a forked pool process starts its own).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keepers: set[LeaseKeeper] = set()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._planned = 0.0  # when the thread means to wake next (monotonic)
+
+    def add(self, keeper: LeaseKeeper) -> None:
+        with self._lock:
+            self._keepers.add(keeper)
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()
+                self._planned = 0.0
+                self._thread = threading.Thread(
+                    target=self._run, name="lease-heartbeat", daemon=True
+                )
+                self._thread.start()
+            # Short runs come and go within one renewal period: no need to wake the thread
+            # for each, only for one due before the thread's next planned look.
+            wake = keeper._wake_at() < self._planned
+        if wake:
+            self._wake.set()
+
+    def remove(self, keeper: LeaseKeeper) -> None:
+        with self._lock:
+            self._keepers.discard(keeper)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._wake.clear()
+                with self._lock:
+                    keepers = list(self._keepers)
+                now = time.monotonic()
+                due = [keeper for keeper in keepers if keeper._wake_at() <= now]
+                for keeper in due:
+                    self._tick(keeper)
+                if due:
+                    # Renewals are ttl/3 apart: a connection held in between would only be
+                    # one more to go stale (and keep test databases from being dropped).
+                    connection.close()
+                with self._lock:
+                    wake_at = min((k._wake_at() for k in self._keepers), default=float("inf"))
+                    self._planned = min(wake_at, time.monotonic() + IDLE_SECONDS)
+                self._wake.wait(max(0.0, self._planned - time.monotonic()))
+        finally:
+            connection.close()
+
+    @staticmethod
+    def _tick(keeper: LeaseKeeper) -> None:
+        try:
+            keeper._tick()
+        except Exception:  # one keeper's failure must not stop the others' renewals
+            log.exception("lease keeper failed", extra={"action": "lease_keeper_error"})
+            keeper._declare_lost("the lease keeper failed (see the log)")
+
+
+_HEARTBEAT = _Heartbeat()

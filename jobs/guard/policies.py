@@ -1,0 +1,160 @@
+"""Per-job policies the runner applies: what a run does when its lease is held (overlap), and
+how long a failed run waits before its retry.
+
+Overlap, when a claimed run finds its key's lease held by a live holder:
+
+- ``skip``: the run is recorded ``skipped``, naming the holder (usually decided by the claim
+  statement itself, see ``records.claim``).
+- ``wait``: try again every ``WAIT_POLL_SECONDS`` until the lease frees; at the start deadline
+  (database clock) give up and record ``skipped``.
+- ``replace``: ask the holder to stop (``lease.request_stop``; the holder's keeper sees it at its
+  next renewal, within ttl/3, and sets ``ctx.stopping``), wait for it to give the lease back, and
+  take over. The two functions do not run at once as long as the old one returns when asked.
+  If the holder neither returns nor lets its lease lapse within one lease ttl after the request
+  (a job that ignores ``ctx.stopping``), its lease is revoked and the new run takes over: the old
+  run is fenced (its outcome is recorded ``lost``, its ``ctx.fenced()`` writes fail) but its
+  function may still be running. If a third run takes the lease meanwhile, the waiting run
+  records ``skipped`` (superseded) rather than displacing the newer one.
+- ``allow``: no lease at all (the runner never gets here).
+
+A run still waiting (``wait`` or ``replace``) when its worker begins a warm shutdown stops
+waiting at once and is handed back: ``scheduled`` again and re-published, for another worker to
+run within its start deadline, instead of holding the shutdown up until then.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from jobs import dispatch
+from jobs.guard import lease, run_records, shutdown_notice
+from jobs.guard.lease import HeldLease, LeaseHolder
+from jobs.models import Job, Overlap
+
+log = logging.getLogger(__name__)
+
+# How often a run under overlap wait / replace tries the lease again.
+WAIT_POLL_SECONDS = 0.5
+# The longest delay before a retry, however many attempts failed before.
+MAX_RETRY_DELAY_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Skip:
+    """The run will not execute; ``reason`` is recorded with status ``skipped``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class HandedBack:
+    """The worker is shutting down: the run is ``scheduled`` again, for another worker."""
+
+    reason: str
+
+
+def retry_delay(base: float, attempt: int, rng: random.Random | None = None) -> float:
+    """Seconds before retrying a run whose attempt number ``attempt`` (1 for the first) failed.
+
+    Exponential: ``base`` doubled for each earlier attempt, capped at an hour; with "equal
+    jitter" (half of it fixed, half random), so the retries of many runs that failed together
+    (a database blip) spread out instead of failing together again.
+    """
+    delay = min(base * 2 ** (attempt - 1), MAX_RETRY_DELAY_SECONDS)
+    return delay / 2 + (rng or random).uniform(0, delay / 2)
+
+
+def take_lease(
+    job: Job, run_id: int, key: str, holder: str
+) -> HeldLease | Skip | HandedBack | None:
+    """The lease on ``key`` for claimed run ``run_id``, as the job's overlap policy allows.
+
+    ``None`` when the run is no longer this worker's to run (recovery recorded it meanwhile).
+    """
+    attempt = run_records.acquire_for_run(
+        run_id, key=key, holder=holder, ttl=job.lease_ttl, within_deadline=False
+    )
+    if attempt is None:
+        return None
+    if attempt.lease is not None:
+        return attempt.lease
+    if job.overlap == Overlap.WAIT:
+        return _wait(job, run_id, key, holder)
+    if job.overlap == Overlap.REPLACE:
+        return _replace(job, run_id, key, holder)
+    return Skip(held_message(key, attempt.held_by))
+
+
+def held_message(key: str, held_by: LeaseHolder | None) -> str:
+    if held_by is None:
+        return f"lease {key} was held by another run"
+    return f"lease {key} held by {held_by.holder} (token {held_by.token})"
+
+
+def _wait(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | HandedBack | None:
+    while True:
+        if shutdown_notice.shutting_down.wait(WAIT_POLL_SECONDS):
+            return _hand_back(job, run_id, f"waiting for lease {key}")
+        attempt = run_records.acquire_for_run(
+            run_id, key=key, holder=holder, ttl=job.lease_ttl, within_deadline=True
+        )
+        if attempt is None or attempt.lease is not None:
+            return None if attempt is None else attempt.lease
+        if attempt.late:
+            return Skip(
+                f"{held_message(key, attempt.held_by)} until the start deadline "
+                f"({job.start_deadline} s after the slot)"
+            )
+
+
+def _replace(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | HandedBack | None:
+    asked = lease.request_stop(key, holder)
+    if asked is not None:
+        log.info(
+            "asked %s to stop",
+            asked.holder,
+            extra={"action": "replace_requested", "key": key, "token": asked.token},
+        )
+    # A holder that heeds the request gives the lease back within ttl/3 plus its own finish;
+    # one that is dead or paused loses it within one ttl. Only one that ignores it outlasts this.
+    give_up_waiting_at = time.monotonic() + job.lease_ttl + WAIT_POLL_SECONDS
+    while True:
+        attempt = run_records.acquire_for_run(
+            run_id, key=key, holder=holder, ttl=job.lease_ttl, within_deadline=False
+        )
+        if attempt is None or attempt.lease is not None:
+            return None if attempt is None else attempt.lease
+        current = attempt.held_by
+        if current is not None and (asked is None or current.token != asked.token):
+            return Skip(
+                f"superseded: {held_message(key, current)} took over while this run waited "
+                "to replace the previous holder"
+            )
+        if current is not None and time.monotonic() >= give_up_waiting_at:
+            log.warning(
+                "holder %s ignored the stop request for a ttl: revoking its lease",
+                current.holder,
+                extra={"action": "replace_forced", "key": key, "token": current.token},
+            )
+            lease.force_release(key, token=current.token)
+            continue
+        if shutdown_notice.shutting_down.wait(WAIT_POLL_SECONDS):
+            return _hand_back(job, run_id, f"waiting to replace the holder of lease {key}")
+
+
+def _hand_back(job: Job, run_id: int, waiting: str) -> HandedBack | None:
+    slot = run_records.hand_back(run_id)
+    if slot is None:
+        return None  # recorded meanwhile: no longer this worker's
+    reason = f"the worker is shutting down; the run was {waiting}"
+    try:
+        dispatch.publish(job, run_id, slot)
+    except Exception:  # the broker is gone too: maintenance re-publishes it
+        log.exception(
+            "publishing a handed-back run failed; maintenance will re-publish it",
+            extra={"action": "publish_failed", "run_id": run_id, "job": job.name},
+        )
+    return HandedBack(reason)

@@ -1,0 +1,561 @@
+"""The SQL of run records that carries guarantees 1, 3 and 6: one record per slot, a claim that
+turns every repeated delivery into a no-op, and a finish that a lapsed holder cannot make.
+
+Each function is one statement (PostgreSQL). The claim also takes the run's lease, and the finish
+also gives it back (and records a retry when one is due), so a guarded run costs the database two
+round trips; the lease parts are the fragments of ``jobs/guard/lease.py``, where all lease SQL
+lives, except in the claim and the finish, whose PL/pgSQL functions (migration 0008) repeat them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from django.db import connection
+
+from jobs.guard.lease import (
+    TAKE_OVER_IF_LAPSED_PG,
+    HeldLease,
+    LeaseHolder,
+    held_from_row,
+    statement_cursor,
+)
+from jobs.models import Job, RunStatus
+
+
+@dataclass(frozen=True)
+class NewRun:
+    run_id: int
+    job_id: int
+    scheduled_for: datetime
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this worker now owns (``status`` is ``running``), or found past its deadline
+    (``missed``) or its lease held under overlap ``skip`` (``skipped``, ``error`` says by whom).
+
+    ``job`` carries the columns the runner needs (others load on access); ``lease`` is set when
+    the claim also took the run's lease."""
+
+    run_id: int
+    job_id: int
+    scheduled_for: datetime
+    attempt: int
+    status: str
+    job: Job
+    error: str = ""
+    lease: HeldLease | None = None
+
+
+@dataclass(frozen=True)
+class AcquireAttempt:
+    """One try to take the lease for a claimed run (``records.acquire_for_run``)."""
+
+    late: bool  # the run's start deadline passed (database clock)
+    lease: HeldLease | None  # taken now
+    held_by: LeaseHolder | None  # otherwise: who holds it, if anyone
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a finish recorded: the status (``None`` if the run was no longer ours, e.g.
+    recovery recorded it lost first) and the retry it scheduled, if any."""
+
+    status: str | None
+    retry: NewRun | None = None
+
+
+@dataclass(frozen=True)
+class LostRun:
+    run_id: int
+    job_id: int
+    retry: NewRun | None
+    node: str = ""  # the worker that was running it
+    error: str = ""  # why it was recorded lost
+
+
+# Guarantee 1: the partial unique index makes the first insert of a slot win; every other beat's
+# insert of the same slot does nothing and returns no row, so only the winner publishes. The
+# winner publishes right after, so the run counts as dispatched now; if that beat dies before
+# publishing, maintenance finds the run still scheduled later and publishes it (guarantee 4).
+_INSERT_SLOTS = """
+INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, dispatched_at)
+SELECT job_id, slot, 'scheduled', now()
+  FROM unnest(%s::bigint[], %s::timestamptz[]) AS t(job_id, slot)
+ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'scheduled' DO NOTHING
+RETURNING id, job_id, scheduled_for
+"""
+
+# The job columns the runner needs, in the order _CLAIM returns them (after the run's columns).
+_JOB_FIELDS = (
+    "id", "name", "task", "args", "kwargs", "overlap", "start_deadline", "on_lost",
+    "max_retries", "retry_backoff", "soft_time_limit", "time_limit", "lease_ttl", "min_hold",
+    "queue", "priority",
+)  # fmt: skip
+
+# The claim moves scheduled → running exactly once (a row lock: a concurrent repeat waits, then
+# finds the run no longer scheduled and gets no row). A claim after the start deadline (judged
+# by the database clock) records missed instead, so a late worker never runs it late. In the
+# same transaction it takes the job's lease (lease.TAKE_OVER_IF_LAPSED_PG) when the key is the
+# job's own ('job:' || name, as Job.lock_key) — a key derived from arguments is computed in
+# Python (acquire_for_run) — and records skipped, naming the holder, when the lease is held and
+# the job's overlap policy is skip. It returns the job's columns, so the runner needs no other
+# read. The function (migration 0008) does only the branch a run takes, which costs the server
+# less than one statement that builds every branch for every run.
+_CLAIM = """
+SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::integer,
+                             %(task_id)s::text, %(holder)s::text, %(keyed_tasks)s::text[])
+"""
+
+# A claimed run that never took its lease (overlap wait / replace, still waiting) goes back to
+# scheduled when its worker shuts down, for another worker to run within its deadline. The
+# dispatched_at stamp makes maintenance re-publish it only if the worker's own publish is lost.
+_HAND_BACK = """
+UPDATE jobs_jobrun
+   SET status = 'scheduled', node = '', pid = NULL, task_id = '', started_at = NULL,
+       dispatched_at = now()
+ WHERE id = %(run_id)s AND status = 'running' AND fencing_token IS NULL
+RETURNING scheduled_for
+"""
+
+_COUNT_DUPLICATE = """
+UPDATE jobs_jobrun SET duplicate_deliveries = duplicate_deliveries + 1
+ WHERE id = %(run_id)s
+RETURNING status
+"""
+
+# A later try at a claimed run's lease (a key derived from arguments; overlap wait / replace).
+# Only a run still running and without a token may take it (FOR UPDATE: recovery cannot record
+# it lost meanwhile), and the token is recorded on the run in the same statement.
+_ACQUIRE_FOR_RUN = f"""
+WITH run AS (
+    SELECT r.id, now() > r.scheduled_for + make_interval(secs => j.start_deadline) AS late
+      FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id
+     WHERE r.id = %(run_id)s AND r.status = 'running' AND r.fencing_token IS NULL
+       FOR UPDATE OF r
+),
+taken AS (
+    INSERT INTO jobs_lease (key, holder, token, acquired_at, expires_at)
+    SELECT %(key)s, %(holder)s, 1, now(), now() + make_interval(secs => %(ttl)s)
+      FROM run WHERE NOT (run.late AND %(within_deadline)s)
+    {TAKE_OVER_IF_LAPSED_PG}
+    RETURNING token, expires_at
+),
+recorded AS (
+    UPDATE jobs_jobrun AS r SET fencing_token = taken.token, lease_key = %(key)s
+      FROM taken WHERE r.id = %(run_id)s
+)
+SELECT run.late, taken.token, taken.expires_at, l.holder, l.token
+  FROM run LEFT JOIN taken ON true
+  LEFT JOIN jobs_lease AS l ON l.key = %(key)s AND l.expires_at > now()
+"""
+
+# A retry is a new run of the same job: trigger 'retry', the next attempt, retry_of the run it
+# repeats. After an exception, when the runner passes a delay (retries left, backoff with
+# jitter from jobs.guard.policies). After a lost run, when the job says on_lost=retry, once: the
+# re-run of a lost run is not re-run again. Follows a CTE named `finished`.
+_RETRY_CTE = """
+retry AS (
+    INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, attempt, retry_of_id)
+    SELECT f.job_id, now() + make_interval(secs => coalesce(%(retry_delay)s::float8, 0)),
+           'retry', f.attempt + 1, f.id
+      FROM finished AS f JOIN jobs_job AS j ON j.id = f.job_id
+     WHERE (f.status = 'failed' AND %(retry_delay)s::float8 IS NOT NULL)
+        OR (f.status = 'lost' AND j.on_lost = 'retry'
+            AND NOT EXISTS (SELECT 1 FROM jobs_jobrun AS p
+                             WHERE p.id = f.retry_of_id AND p.status = 'lost'))
+    RETURNING id, job_id, scheduled_for, retry_of_id
+)"""
+
+# Guarantee 3: the outcome is written only by the holder of the run's token while its lease is
+# live; a holder whose lease lapsed gets 'lost' recorded instead of its outcome. The same
+# transaction gives the lease back (honouring min_hold, lease.RELEASE_EXPIRY_PG) and records a
+# retry when one is due (as _RETRY_CTE), so a failure and its retry are recorded together or
+# not at all. A function of migration 0008, like the claim.
+_FINISH_FENCED = """
+SELECT * FROM jobs_finish_run(%(run_id)s::bigint, %(key)s::text, %(token)s::bigint,
+                              %(status)s::text, %(error)s::text, %(traceback)s::text,
+                              %(result)s::text, %(min_hold)s::float8, %(retry_delay)s::float8)
+"""
+
+# For outcomes decided without a lease (overlap allow, skipped while waiting, unknown function):
+# no token to fence on, so never for a run that holds one.
+_FINISH_UNLEASED = f"""
+WITH finished AS (
+    UPDATE jobs_jobrun
+       SET status = %(status)s, finished_at = now(), error = %(error)s,
+           traceback = %(traceback)s, result = %(result)s::jsonb
+     WHERE id = %(run_id)s AND status = 'running' AND fencing_token IS NULL
+    RETURNING id, job_id, attempt, retry_of_id, status
+),
+{_RETRY_CTE}
+SELECT (SELECT status FROM finished), retry.id, retry.job_id, retry.scheduled_for
+  FROM (SELECT 1) AS one LEFT JOIN retry ON true
+"""
+
+# Lost runs (jobs.upkeep.recovery): running, but the lease their token took is no longer live
+# (expired or taken over), so their worker died, hung or lost the database; or still without a token
+# well past the longest a live worker waits for one (overlap wait: the start deadline; replace: one
+# ttl). One conditional statement, so concurrent callers record each run once, and on_lost=retry
+# gets its retry in the same statement. Continuous tenures are the supervisor's
+# (jobs.continuous.tenures), not retried here.
+_AT = "coalesce(%(now)s::timestamptz, now())"
+_MARK_LOST = f"""
+WITH finished AS (
+    UPDATE jobs_jobrun AS r
+       SET status = 'lost', finished_at = {_AT},
+           error = CASE WHEN r.fencing_token IS NULL
+                        THEN format('took no lease within %%s s of its claim: its worker died '
+                                    'while waiting for it', j.start_deadline + j.lease_ttl)
+                        ELSE format('lease %%s (token %%s) lapsed while the run was running: '
+                                    'its worker died, hung or lost the database',
+                                    r.lease_key, r.fencing_token) END
+                   || CASE WHEN j.time_limit IS NOT NULL
+                                AND {_AT} >= r.started_at + make_interval(secs => j.time_limit)
+                           THEN format(' (still running past its hard time limit of %%s s, so '
+                                       'most likely killed by it)', j.time_limit)
+                           ELSE '' END
+      FROM jobs_job AS j
+     WHERE r.status = 'running' AND j.id = r.job_id AND r.trigger <> 'continuous'
+       AND CASE WHEN r.fencing_token IS NULL
+                THEN j.overlap <> 'allow' AND {_AT} > r.started_at
+                     + make_interval(secs => j.start_deadline + j.lease_ttl)
+                ELSE NOT EXISTS (SELECT 1 FROM jobs_lease AS l
+                                  WHERE l.key = r.lease_key AND l.token = r.fencing_token
+                                    AND l.expires_at > {_AT}) END
+    RETURNING r.id, r.job_id, r.attempt, r.retry_of_id, r.status, r.node, r.error
+),
+{_RETRY_CTE}
+SELECT f.id, f.job_id, retry.id, retry.scheduled_for, f.node, f.error
+  FROM finished AS f LEFT JOIN retry ON retry.retry_of_id = f.id
+ ORDER BY f.id
+"""
+
+
+# A run that must not execute (its task is no registered job function where it was to be sent
+# or received): failed without running, unless somebody claimed it meanwhile.
+_FAIL_UNCLAIMED = """
+UPDATE jobs_jobrun SET status = 'failed', node = %(node)s, finished_at = now(), error = %(error)s
+ WHERE id = %(run_id)s AND status = 'scheduled'
+"""
+
+
+def fail_unclaimed(run_id: int, *, node: str, error: str) -> bool:
+    """Record run ``run_id`` failed with ``error`` without running it; whether it was."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FAIL_UNCLAIMED, {"run_id": run_id, "node": node, "error": error})
+        return cursor.rowcount == 1
+
+
+def insert_scheduled(pairs: Sequence[tuple[int, datetime]]) -> list[NewRun]:
+    """Insert one run per ``(job_id, slot)``; return the ones this caller created."""
+    if not pairs:
+        return []
+    job_ids = [job_id for job_id, _ in pairs]
+    slots = [slot for _, slot in pairs]
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_SLOTS, [job_ids, slots])
+        return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]
+
+
+def claim(
+    run_id: int,
+    *,
+    node: str,
+    pid: int,
+    task_id: str,
+    holder: str | None = None,
+    keyed_tasks: Collection[str] = (),
+) -> Claim | None:
+    """Take a scheduled run; ``None`` when it was already taken (a repeated delivery).
+
+    With ``holder``, also take the job's lease as ``holder`` in the same statement, unless the
+    job's function derives its lock key from its arguments (its name is in ``keyed_tasks``) or
+    its overlap policy is ``allow``.
+    """
+    params: dict[str, Any] = {
+        "run_id": run_id,
+        "node": node,
+        "pid": pid,
+        "task_id": task_id,
+        "holder": holder,
+        "keyed_tasks": list(keyed_tasks),
+    }
+    sent_at = time.monotonic()
+    with statement_cursor() as cursor:
+        cursor.execute(_CLAIM, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    job = _job_from_columns(row[8:])
+    held = None
+    if row[6] is not None and holder is not None:
+        held = held_from_row(row[5], holder, job.lease_ttl, row[6], row[7], sent_at)
+    return Claim(
+        run_id=row[0],
+        job_id=job.pk,
+        scheduled_for=row[1],
+        attempt=row[2],
+        status=row[3],
+        error=row[4],
+        job=job,
+        lease=held,
+    )
+
+
+def _job_from_columns(values: Sequence[Any]) -> Job:
+    """A ``Job`` instance from the claim's columns; the fields not selected load on access."""
+    row = dict(zip(_JOB_FIELDS, values, strict=True))
+    row["args"] = json.loads(row["args"])
+    row["kwargs"] = json.loads(row["kwargs"])
+    names = _job_field_order()
+    return Job.from_db(connection.alias, names, [row[name] for name in names])
+
+
+@cache
+def _job_field_order() -> list[str]:
+    """``_JOB_FIELDS`` in the model's field order (what ``Model.from_db`` expects)."""
+    return [f.attname for f in Job._meta.concrete_fields if f.attname in _JOB_FIELDS]
+
+
+def hand_back(run_id: int) -> datetime | None:
+    """Return a claimed run that holds no lease to ``scheduled``; its slot, or ``None`` when it
+    is no longer this worker's (recorded meanwhile, or it took a lease)."""
+    with statement_cursor() as cursor:
+        cursor.execute(_HAND_BACK, {"run_id": run_id})
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def count_duplicate(run_id: int) -> str | None:
+    """Record one more delivery of an already-claimed run; its current status, if it exists."""
+    with connection.cursor() as cursor:
+        cursor.execute(_COUNT_DUPLICATE, {"run_id": run_id})
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
+
+
+def acquire_for_run(
+    run_id: int, *, key: str, holder: str, ttl: float, within_deadline: bool
+) -> AcquireAttempt | None:
+    """Try once to take ``key`` for a claimed run and record the token on it.
+
+    ``None`` when the run is no longer ours to run (recorded by someone else, or it already holds
+    a token). With ``within_deadline``, a run past its start deadline does not take the lease.
+    """
+    params: dict[str, Any] = {
+        "run_id": run_id,
+        "key": key,
+        "holder": holder,
+        "ttl": ttl,
+        "within_deadline": within_deadline,
+    }
+    sent_at = time.monotonic()
+    with statement_cursor() as cursor:
+        cursor.execute(_ACQUIRE_FOR_RUN, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    late, token, expires_at, holder_now, token_now = row
+    if token is not None:
+        return AcquireAttempt(
+            late=late,
+            lease=held_from_row(key, holder, ttl, token, expires_at, sent_at),
+            held_by=None,
+        )
+    held_by = None if holder_now is None else LeaseHolder(holder=holder_now, token=token_now)
+    return AcquireAttempt(late=late, lease=None, held_by=held_by)
+
+
+def finish_fenced(
+    run_id: int,
+    *,
+    key: str,
+    token: int,
+    status: RunStatus,
+    error: str = "",
+    traceback: str = "",
+    result: str | None = None,
+    min_hold: float = 0,
+    retry_delay: float | None = None,
+) -> Finished:
+    """Write the outcome if ``token`` still holds ``key`` (else record ``lost``), give the lease
+    back (kept until ``acquired_at + min_hold``), and record the retry that is due, if any
+    (``retry_delay`` seconds from now after a failure; at once after a loss under
+    ``on_lost=retry``). One statement."""
+    params: dict[str, Any] = {
+        "run_id": run_id,
+        "key": key,
+        "token": token,
+        "status": status.value,
+        "error": error,
+        "traceback": traceback,
+        "result": result,
+        "min_hold": min_hold,
+        "retry_delay": retry_delay,
+    }
+    with statement_cursor() as cursor:
+        cursor.execute(_FINISH_FENCED, params)
+        row = cursor.fetchone()
+    return _finished(row)
+
+
+def finish_unleased(
+    run_id: int,
+    *,
+    status: RunStatus,
+    error: str = "",
+    traceback: str = "",
+    result: str | None = None,
+    retry_delay: float | None = None,
+) -> Finished:
+    """Write the outcome of a run that holds no lease (and its retry, if one is due)."""
+    params: dict[str, Any] = {
+        "run_id": run_id,
+        "status": status.value,
+        "error": error,
+        "traceback": traceback,
+        "result": result,
+        "retry_delay": retry_delay,
+    }
+    with statement_cursor() as cursor:
+        cursor.execute(_FINISH_UNLEASED, params)
+        row = cursor.fetchone()
+    return _finished(row)
+
+
+def _finished(row: Sequence[Any]) -> Finished:
+    status, retry_id, job_id, retry_at = row[:4]
+    retry = (
+        None if retry_id is None else NewRun(run_id=retry_id, job_id=job_id, scheduled_for=retry_at)
+    )
+    return Finished(status=None if status is None else str(status), retry=retry)
+
+
+def mark_lost_runs(now: datetime | None = None) -> list[LostRun]:
+    """Record ``lost`` every running run whose worker can no longer be running it (see
+    ``_MARK_LOST``), with the retries ``on_lost=retry`` asks for. ``now`` replaces the database
+    clock (tests)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_MARK_LOST, {"now": now, "retry_delay": None})
+        rows = cursor.fetchall()
+    return [
+        LostRun(
+            run_id=run_id,
+            job_id=job_id,
+            retry=None
+            if retry_id is None
+            else NewRun(run_id=retry_id, job_id=job_id, scheduled_for=retry_at),
+            node=node or "",
+            error=error,
+        )
+        for run_id, job_id, retry_id, retry_at, node, error in rows
+    ]
+
+
+# --- issue 3: catch-up and maintenance (the beat's and maintenance's statements) ----------------
+
+# Guarantee 6 for slots nobody fired in time (every beat down, or this beat stalled): the slot
+# gets its one record, terminal and saying why. Same unique index as _INSERT_SLOTS, so a slot
+# another beat did fire keeps its record and this insert does nothing.
+_INSERT_MISSED = """
+INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at, error)
+SELECT job_id, slot, 'scheduled', 'missed', now(), error
+  FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[]) AS t(job_id, slot, error)
+ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'scheduled' DO NOTHING
+RETURNING id, job_id, scheduled_for
+"""
+
+# The newest slot on record for each job (the index one_run_per_slot answers each with one
+# backward probe), and the database clock, which catch-up trusts over the beat's own.
+_NEWEST_SLOTS = """
+SELECT j.id, (SELECT r.scheduled_for FROM jobs_jobrun AS r
+               WHERE r.job_id = j.id AND r.trigger = 'scheduled'
+               ORDER BY r.scheduled_for DESC LIMIT 1), now()
+  FROM unnest(%s::bigint[]) AS j(id)
+"""
+
+# Runs that maintenance looks after; a continuous job's tenure is its supervisor's business.
+_MAINTAINED_TRIGGERS = "('scheduled', 'manual', 'api', 'retry')"
+
+# A scheduled run whose deadline passed with no claim (its message was lost, or every worker
+# was busy or stopped) is missed. Conditional on status, so a concurrent claim and this update
+# settle the run once: whichever comes second finds it no longer scheduled.
+_EXPIRE_SCHEDULED = f"""
+UPDATE jobs_jobrun AS r
+   SET status = 'missed', finished_at = now(),
+       error = format('not started within its start deadline of %%s s: no worker claimed it '
+                      '(recorded by maintenance)', j.start_deadline)
+  FROM jobs_job AS j
+ WHERE j.id = r.job_id AND r.status = 'scheduled' AND r.trigger IN {_MAINTAINED_TRIGGERS}
+   AND now() > r.scheduled_for + make_interval(secs => j.start_deadline)
+RETURNING r.id
+"""
+
+# Stranded runs: still scheduled a while after their message went out (or after their slot, for
+# a retry held until then) and still within their deadline. Taking them stamps dispatched_at, so
+# the next pass leaves them alone for another while; repeated deliveries are no-ops at the claim.
+_TAKE_STRANDED = f"""
+UPDATE jobs_jobrun AS r SET dispatched_at = now()
+ WHERE r.id IN (
+        SELECT s.id FROM jobs_jobrun AS s JOIN jobs_job AS j ON j.id = s.job_id
+         WHERE s.status = 'scheduled' AND s.trigger IN {_MAINTAINED_TRIGGERS}
+           AND greatest(s.scheduled_for, coalesce(s.dispatched_at, s.created_at))
+               < now() - make_interval(secs => %(after)s)
+           AND now() <= s.scheduled_for + make_interval(secs => j.start_deadline)
+         ORDER BY s.scheduled_for
+         LIMIT %(limit)s
+           FOR UPDATE OF s SKIP LOCKED)
+RETURNING r.id, r.job_id, r.scheduled_for
+"""
+
+
+def insert_missed(rows: Sequence[tuple[int, datetime, str]]) -> list[NewRun]:
+    """Record each ``(job_id, slot, reason)`` as a missed run unless the slot has a record
+    already; return the records this caller created."""
+    if not rows:
+        return []
+    columns = list(zip(*rows, strict=True))
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_MISSED, [list(columns[0]), list(columns[1]), list(columns[2])])
+        return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]
+
+
+def newest_slots(job_ids: Sequence[int]) -> tuple[datetime, dict[int, datetime]]:
+    """The database clock, and the newest scheduled slot on record of each job that has one."""
+    with connection.cursor() as cursor:
+        if not job_ids:
+            cursor.execute("SELECT now()")
+            return cursor.fetchone()[0], {}
+        cursor.execute(_NEWEST_SLOTS, [list(job_ids)])
+        rows = cursor.fetchall()
+    return rows[0][2], {job_id: slot for job_id, slot, _ in rows if slot is not None}
+
+
+def database_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        now: datetime = cursor.fetchone()[0]
+    return now
+
+
+def expire_scheduled() -> list[int]:
+    """Record ``missed`` every scheduled run past its start deadline; their ids."""
+    with connection.cursor() as cursor:
+        cursor.execute(_EXPIRE_SCHEDULED, {})
+        return [row[0] for row in cursor.fetchall()]
+
+
+def take_stranded(after: float, limit: int) -> list[NewRun]:
+    """Claim for re-publishing up to ``limit`` runs still scheduled ``after`` seconds past
+    their dispatch (see ``_TAKE_STRANDED``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TAKE_STRANDED, {"after": after, "limit": limit})
+        return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]

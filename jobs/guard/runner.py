@@ -1,0 +1,347 @@
+"""What a worker does with one run message: claim (and lease), call, fenced finish (and release).
+
+A guarded run costs two statements: ``records.claim`` moves the run to ``running`` and takes its
+lease, ``records.finish_fenced`` writes the outcome only if the lease still holds, gives it back
+and records the retry that is due. Overlap policies other than the claim's own skip are in
+``jobs.guard.policies``; the heartbeat, stop requests and the soft time limit in
+``jobs.guard.lease_keeper``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections, connection
+
+from jobs import dispatch, logcontext, registry
+from jobs.context import JobContext
+from jobs.exceptions import BadLockKey, UnknownJobFunction
+from jobs.guard import policies, run_records, shutdown_notice
+from jobs.guard.delivery import Delivery
+from jobs.guard.lease import HeldLease
+from jobs.guard.lease_keeper import LeaseKeeper
+from jobs.models import Job, Lease, Overlap, RunStatus
+
+log = logging.getLogger(__name__)
+
+# The longest key a lease row (and a run's lease_key) holds.
+LOCK_KEY_MAX_LENGTH: int = Lease._meta.get_field("key").max_length or 0
+# Maintenance records lost a running run whose worker it believes dead (jobs.upkeep.recovery).
+RECORDED_LOST_MEANWHILE = "recorded lost by maintenance before this worker finished it"
+# A connection used by a run less than this ago is known to work (see _recycle_connection).
+HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
+_last_used = float("-inf")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: RunStatus
+    error: str = ""
+    traceback: str = ""
+    result: str | None = None
+    # Whether a retry may follow (the function raised; not a time limit, stop or loss).
+    retryable: bool = False
+    # What the function raised, reported to Celery as the cause of its failure.
+    exception: BaseException | None = None
+
+
+@logcontext.bound_run
+def execute_run(run_id: int, *, task_id: str, node: str) -> Delivery:
+    """Execute run ``run_id`` on this node, at most once however often its message arrives;
+    returns what this delivery did (recorded before it returns)."""
+    _recycle_connection()
+    fields: dict[str, Any] = {"run_id": run_id, "node": node}
+    holder = f"{node}:{os.getpid()}:run-{run_id}"
+    claim = run_records.claim(
+        run_id,
+        node=node,
+        pid=os.getpid(),
+        task_id=task_id,
+        holder=holder,
+        keyed_tasks=registry.keyed_names(),
+    )
+    if claim is None:
+        status = run_records.count_duplicate(run_id)
+        log.warning(
+            "duplicate delivery ignored (run is %s)",
+            status or "gone",
+            extra={**fields, "action": "duplicate_delivery"},
+        )
+        return Delivery(run_id, status or "gone", duplicate=True)
+    job = claim.job
+    fields["job"] = job.name
+    logcontext.bind(job=job.name, slot=claim.scheduled_for, token=_token(claim.lease))
+    if claim.status == RunStatus.MISSED:
+        log.warning("run missed its start deadline", extra={**fields, "action": "missed"})
+        return Delivery(run_id, claim.status, reason=claim.error)
+    if claim.status == RunStatus.SKIPPED:
+        log.info("run skipped: %s", claim.error, extra={**fields, "action": "skipped"})
+        return Delivery(run_id, claim.status, reason=claim.error)
+
+    try:
+        spec = registry.get(job.task)
+        key = lock_key_for(job, spec)
+    except (UnknownJobFunction, BadLockKey) as exc:  # e.g. a row written around validation
+        error = str(exc) if isinstance(exc, UnknownJobFunction) else f"lock key {exc}"
+        return _finish(job, claim, claim.lease, Outcome(RunStatus.FAILED, error=error), fields)
+
+    if job.overlap == Overlap.ALLOW:
+        ctx = _context(job, claim, None, key)
+        outcome = _call_with_soft_limit(spec, job, ctx)
+        return _finish(job, claim, None, outcome, fields)
+
+    held = claim.lease
+    if held is None:
+        taken = policies.take_lease(job, run_id, key, holder)
+        if taken is None:
+            log.warning(
+                "run recorded elsewhere while it waited for its lease",
+                extra={**fields, "action": "abandoned"},
+            )
+            return Delivery(run_id, RunStatus.LOST, reason=RECORDED_LOST_MEANWHILE)
+        if isinstance(taken, policies.Skip):
+            skip = Outcome(RunStatus.SKIPPED, error=taken.reason)
+            return _finish(job, claim, None, skip, fields)
+        if isinstance(taken, policies.HandedBack):
+            log.info("run handed back: %s", taken.reason, extra={**fields, "action": "handed_back"})
+            return Delivery(run_id, RunStatus.SCHEDULED, reason=f"handed back: {taken.reason}")
+        held = taken
+        logcontext.bind(token=held.token)
+
+    ctx = _context(job, claim, held.token, held.key)
+    keeper = LeaseKeeper(held, ctx.stopping, soft_time_limit=job.soft_time_limit)
+    keeper.start()
+    try:
+        outcome = _call(spec, job, ctx)
+    finally:
+        keeper.stop()
+    return _finish(job, claim, keeper.current, _settle(outcome, job, keeper), fields)
+
+
+def refuse_unknown_task(
+    sender: Any = None, name: str = "", id: str | None = None, **_kwargs: Any
+) -> None:
+    """Celery's ``task_unknown``: a run's message names a task this worker does not have (its
+    row was written around validation, or the code is not deployed here). Celery drops such a
+    message; the run is recorded failed, never executed, instead of waiting to be missed."""
+    run_id = dispatch.run_id_of(id)
+    if run_id is None:
+        return
+    node = str(getattr(sender, "hostname", "") or "")
+    error = f"task {name!r} is not registered on worker {node}: the run was not executed"
+    try:
+        recorded = run_records.fail_unclaimed(run_id, node=node, error=error)
+    except DatabaseError:
+        log.exception("could not record the run failed", extra={"run_id": run_id})
+        close_old_connections()
+        return
+    log.error(
+        error,
+        extra={"action": "unknown_task", "run_id": run_id, "recorded": recorded, "node": node},
+    )
+
+
+def _recycle_connection() -> None:
+    """Workers keep their connection across tasks (``CELERY_DB_REUSE_MAX``). Like Django at
+    each request, replace one that is too old or broke (a database restart) before a run uses
+    it, and check its health (a round trip) when it sat idle; a burst of runs skips the check
+    while the connection is seen working, as long as no error occurred on it."""
+    global _last_used
+    now = time.monotonic()
+    idle = now - _last_used
+    _last_used = now
+    if connection.in_atomic_block:
+        return
+    if connection.errors_occurred or idle > HEALTH_CHECK_AFTER_IDLE_SECONDS:
+        close_old_connections()
+
+
+def _token(held: HeldLease | None) -> int | None:
+    return None if held is None else held.token
+
+
+def lock_key_for(job: Job, spec: registry.JobSpec) -> str:
+    """The job's own key, or the one its declaration derives from its arguments (``BadLockKey``
+    when it cannot, or derives one the lease table cannot hold)."""
+    if spec.lock_key is None:
+        return job.lock_key
+    try:
+        if callable(spec.lock_key):
+            key = str(spec.lock_key(*job.args, **job.kwargs))
+        else:
+            key = spec.lock_key.format(*job.args, **job.kwargs)
+    except Exception as exc:  # the declaration's own code: whatever it raises
+        raise BadLockKey(f"cannot be derived from the arguments: {exc!r}") from exc
+    if len(key) > LOCK_KEY_MAX_LENGTH:
+        raise BadLockKey(
+            f"is {len(key)} characters long with these arguments, at most {LOCK_KEY_MAX_LENGTH}"
+        )
+    if "\x00" in key:
+        raise BadLockKey("contains a NUL character with these arguments")
+    return key
+
+
+def _settle(outcome: Outcome, job: Job, keeper: LeaseKeeper) -> Outcome:
+    """The outcome to record, given what happened to the lease while the function ran."""
+    if keeper.lost:
+        reason = f"the lease was lost while the job ran: {keeper.lost_reason}"
+        return Outcome(RunStatus.LOST, error=_joined(reason, outcome.error))
+    if keeper.stop_requested_by:
+        reason = f"replaced: {keeper.stop_requested_by} asked this run to stop"
+        return replace(
+            outcome,
+            status=RunStatus.CANCELLED,
+            error=_joined(reason, outcome.error),
+            retryable=False,
+        )
+    if keeper.soft_limit_reached:
+        return _soft_limit_outcome(outcome, job)
+    return outcome
+
+
+def _soft_limit_outcome(outcome: Outcome, job: Job) -> Outcome:
+    reason = f"soft time limit of {job.soft_time_limit} s reached: ctx.stopping was set"
+    return replace(
+        outcome, status=RunStatus.FAILED, error=_joined(reason, outcome.error), retryable=False
+    )
+
+
+def _joined(reason: str, error: str) -> str:
+    return f"{reason}; the job's error: {error}" if error else reason
+
+
+def _finish(
+    job: Job,
+    claim: run_records.Claim,
+    held: HeldLease | None,
+    outcome: Outcome,
+    fields: dict[str, Any],
+) -> Delivery:
+    """Record ``outcome`` (fenced when ``held``), publish the retry that is due, and say what
+    was recorded."""
+    retry_delay = None
+    if outcome.retryable and claim.attempt <= job.max_retries:
+        retry_delay = policies.retry_delay(job.retry_backoff, claim.attempt)
+    if held is None:
+        finished = run_records.finish_unleased(
+            claim.run_id,
+            status=outcome.status,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            result=outcome.result,
+            retry_delay=retry_delay,
+        )
+    else:
+        finished = run_records.finish_fenced(
+            claim.run_id,
+            key=held.key,
+            token=held.token,
+            status=outcome.status,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            result=outcome.result,
+            min_hold=job.min_hold,
+            retry_delay=retry_delay,
+        )
+        fields = {**fields, "key": held.key, "token": held.token}
+    log.info(
+        "run finished: %s",
+        finished.status or "already recorded by maintenance",
+        extra={**fields, "action": "finished", "status": finished.status},
+    )
+    if finished.retry is not None:
+        publish_retry(job, finished.retry)
+    return _delivered(claim.run_id, outcome, finished.status)
+
+
+def _delivered(run_id: int, outcome: Outcome, recorded: str | None) -> Delivery:
+    if recorded is None:
+        return Delivery(run_id, RunStatus.LOST, reason=RECORDED_LOST_MEANWHILE)
+    if recorded != outcome.status:  # the fenced finish found the lease gone
+        reason = (
+            f"the lease lapsed before the run ended; its outcome ({outcome.status}) was discarded"
+        )
+        return Delivery(run_id, recorded, reason=_joined(reason, outcome.error))
+    return Delivery(
+        run_id, recorded, reason=outcome.error, result=outcome.result, cause=outcome.exception
+    )
+
+
+def publish_retry(job: Job, retry: run_records.NewRun) -> None:
+    """Publish a retry run for its time; a failed publish leaves it ``scheduled`` for
+    maintenance to re-publish."""
+    try:
+        dispatch.publish(job, retry.run_id, retry.scheduled_for, eta=retry.scheduled_for)
+    except Exception:
+        log.exception(
+            "publishing a retry failed; it stays scheduled for maintenance to re-publish",
+            extra={"action": "publish_failed", "run_id": retry.run_id, "job": job.name},
+        )
+    else:
+        log.info(
+            "retry scheduled",
+            extra={"action": "retry_scheduled", "run_id": retry.run_id, "job": job.name},
+        )
+
+
+def _context(job: Job, claim: run_records.Claim, token: int | None, key: str) -> JobContext:
+    return JobContext(
+        job_name=job.name,
+        run_id=claim.run_id,
+        scheduled_for=claim.scheduled_for,
+        fencing_token=token,
+        attempt=claim.attempt,
+        lease_key=key,
+    )
+
+
+def _call_with_soft_limit(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
+    """``_call`` for a run without a lease (so without a keeper to watch the soft limit)."""
+    if job.soft_time_limit is None:
+        return _call(spec, job, ctx)
+    reached = threading.Event()
+
+    def reach() -> None:
+        reached.set()
+        ctx.stopping.set()
+
+    timer = threading.Timer(job.soft_time_limit, reach)
+    timer.daemon = True
+    timer.start()
+    try:
+        outcome = _call(spec, job, ctx)
+    finally:
+        timer.cancel()
+    return _soft_limit_outcome(outcome, job) if reached.is_set() else outcome
+
+
+def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
+    try:
+        # The worker's shutdown sets ctx.stopping too; what the function then returns counts.
+        with shutdown_notice.watching(ctx.stopping):
+            value: Any = spec.call(ctx, job.args, job.kwargs)
+    except Exception as exc:
+        return Outcome(
+            RunStatus.FAILED,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+            retryable=True,
+            exception=exc,
+        )
+    return Outcome(RunStatus.SUCCEEDED, result=_as_json(value))
+
+
+def _as_json(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return json.dumps(repr(value))

@@ -1,0 +1,1 @@
+"""Schedules: their kinds and parsing, slot identity, catch-up after downtime."""

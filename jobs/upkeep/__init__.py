@@ -1,0 +1,1 @@
+"""Maintenance: lost and stranded runs, retention, metric roll-ups."""

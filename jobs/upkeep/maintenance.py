@@ -1,0 +1,181 @@
+"""Maintenance: the housekeeping that keeps every slot moving to a visible terminal state.
+
+A pass, in order:
+
+1. records ``missed`` every run still ``scheduled`` past its start deadline (nobody claimed it);
+2. re-publishes runs still ``scheduled`` ``JOBS_REPUBLISH_AFTER`` seconds after their message
+   went out: the message was lost (a Redis flush, a broker restart without persistence) or never
+   sent (the beat died between its insert and its publish). The claim turns any extra delivery
+   into a recorded no-op, so re-publishing can never run a slot twice;
+3. records ``lost`` the runs whose worker died (``jobs.upkeep.recovery``);
+4. prunes the schedule change log, and run history when due (``jobs.upkeep.retention``).
+
+Where it runs: inside every beat, on a background thread, every ``JOBS_MAINTENANCE_INTERVAL``
+seconds — there is no extra process to deploy, and it keeps running while any beat does. The
+``maintenance`` lease makes one beat at a time do it; the others find the lease held and skip.
+Every statement is conditional, so even two passes overlapping (a holder paused past its lease)
+only repeat work: at worst a run is published twice, and its second delivery is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from celery import current_app
+from django.db import DatabaseError, connection
+
+from jobs.beat import changelog
+from jobs.dispatch import publish_many
+from jobs.guard import lease, run_records
+from jobs.models import Job
+
+log = logging.getLogger(__name__)
+
+LEASE_KEY = "maintenance"
+# Stranded runs re-published per pass; the rest wait for the next pass.
+REPUBLISH_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class PassReport:
+    expired: int  # scheduled runs recorded missed
+    republished: int
+    lost: int | None  # runs recorded lost by jobs.upkeep.recovery (None: not available)
+    changes_pruned: int
+
+
+def run_pass(
+    *, holder: str, republish_after: float, lease_ttl: float = 60.0, producer: Any = None
+) -> PassReport | None:
+    """One maintenance pass if ``holder`` gets the maintenance lease; ``None`` if another
+    holder has it (or had it less than its ttl ago and has not given it back)."""
+    held = lease.acquire(LEASE_KEY, holder, lease_ttl)
+    if held is None:
+        return None
+    try:
+        expired = run_records.expire_scheduled()
+        if expired:
+            log.warning(
+                "%d run(s) not started within their start deadline recorded missed",
+                len(expired),
+                extra={"action": "missed", "run_ids": expired[:100]},
+            )
+        stranded = run_records.take_stranded(republish_after, REPUBLISH_BATCH)
+        republished = _republish(stranded, producer) if stranded else 0
+        report = PassReport(
+            expired=len(expired),
+            republished=republished,
+            lost=_recover_lost_runs(),
+            changes_pruned=changelog.prune(),
+        )
+        _prune_history()
+    finally:
+        lease.release(held)
+    return report
+
+
+def _republish(stranded: list[run_records.NewRun], producer: Any) -> int:
+    jobs = Job.objects.in_bulk({run.job_id for run in stranded})
+    runs = [
+        (jobs[run.job_id], run.run_id, run.scheduled_for) for run in stranded if run.job_id in jobs
+    ]
+    with current_app.producer_or_acquire(producer) as acquired:
+        sent = publish_many(runs, producer=acquired)
+    log.warning(
+        "re-published %d run(s) still scheduled long after their message went out",
+        sent,
+        extra={"action": "republished", "run_ids": [run.run_id for run in stranded][:100]},
+    )
+    return sent
+
+
+def _recover_lost_runs() -> int | None:
+    try:
+        from jobs.upkeep.recovery import recover_lost_runs
+    except ModuleNotFoundError as exc:
+        if exc.name != "jobs.upkeep.recovery":
+            raise
+        log.info("jobs.upkeep.recovery is not installed: lost runs are not recorded by maintenance")
+        return None
+    return len(recover_lost_runs())
+
+
+def _prune_history() -> None:
+    try:
+        from jobs.upkeep.retention import prune_if_due
+    except ModuleNotFoundError as exc:
+        if exc.name != "jobs.upkeep.retention":
+            raise
+        return
+    prune_if_due()
+
+
+def holder_name() -> str:
+    return f"maintenance@{socket.gethostname()}:{os.getpid()}"
+
+
+class MaintenanceLoop:
+    """A daemon thread that tries a pass every ``interval`` seconds until stopped; a failed
+    pass is logged and the loop carries on (the next pass starts from the database again)."""
+
+    def __init__(
+        self,
+        interval: float,
+        republish_after: float,
+        run: Callable[..., PassReport | None] = run_pass,
+    ) -> None:
+        self.interval = interval
+        self.republish_after = republish_after
+        self._run = run
+        self._stop = threading.Event()
+        self._app: Any = None
+        self._thread = threading.Thread(target=self._loop, name="jobs-maintenance", daemon=True)
+
+    def start(self, app: Any) -> None:
+        """Start the thread; ``app`` is the Celery app to publish with (thread-local in Celery)."""
+        self._app = app
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
+    def _loop(self) -> None:
+        self._app.set_current()
+        holder = holder_name()
+        # The lease lasts several passes, so a slow pass keeps it; a dead holder's lapses soon.
+        ttl = max(30.0, 6 * self.interval)
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    report = self._run(
+                        holder=holder, republish_after=self.republish_after, lease_ttl=ttl
+                    )
+                except DatabaseError:
+                    log.exception("maintenance pass failed", extra={"action": "maintenance"})
+                    connection.close()
+                    continue
+                except Exception:
+                    log.exception("maintenance pass failed", extra={"action": "maintenance"})
+                    continue
+                if report is not None and (report.expired or report.republished or report.lost):
+                    log.info(
+                        "maintenance: %d missed, %d re-published, %s lost",
+                        report.expired,
+                        report.republished,
+                        report.lost,
+                        extra={"action": "maintenance"},
+                    )
+        finally:
+            connection.close()  # this thread's own connection

@@ -1,0 +1,112 @@
+"""History retention: delete finished runs older than the age configured for their status
+(``JOBS_RETENTION_<STATUS>``), and heartbeat rows of beats long gone.
+
+Only runs already counted into ``RunRollup`` (``jobs.upkeep.rollups.fold``, done first) are deleted,
+so the counters of ``/metrics`` never go backwards. Runs are deleted in batches, each its own
+short transaction, so pruning a large backlog never holds long locks. Age is by slot
+(``scheduled_for``), which the ``(status, scheduled_for)`` index serves.
+
+Called by ``manage.py jobs prune`` and, through ``prune_if_due``, by the maintenance loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from jobs.conf import get_ops_conf
+from jobs.models import BeatHeartbeat, JobRun
+from jobs.upkeep import rollups
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZE = 2000
+# A beat's heartbeat row is named host:pid, so every restart adds one; old ones go.
+BEAT_HEARTBEAT_RETENTION = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    deleted: Mapping[str, int] = field(default_factory=dict)  # status → runs deleted
+    cutoffs: Mapping[str, datetime] = field(default_factory=dict)  # status → slots before
+    beat_heartbeats: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+
+def cutoffs(now: datetime, retention: Mapping[str, timedelta | None]) -> dict[str, datetime]:
+    """Status → the slot before which its runs go; statuses kept forever are absent."""
+    return {status: now - age for status, age in retention.items() if age is not None}
+
+
+def prune(
+    now: datetime | None = None,
+    *,
+    retention: Mapping[str, timedelta | None] | None = None,
+    dry_run: bool = False,
+    batch_size: int = BATCH_SIZE,
+) -> PruneResult:
+    """Delete what retention says is old enough (``dry_run``: only count it)."""
+    now = now or timezone.now()
+    limits = cutoffs(now, get_ops_conf().retention if retention is None else retention)
+    if not dry_run:
+        rollups.fold(budget_seconds=None)
+    deleted: dict[str, int] = {}
+    for status, before in limits.items():
+        old = JobRun.objects.filter(status=status, scheduled_for__lt=before)
+        if dry_run:
+            deleted[status] = old.count()
+        else:
+            # A run another folder still holds is left for the next pass.
+            deleted[status] = _delete_in_batches(old.filter(folded=True), batch_size)
+    stale_beats = BeatHeartbeat.objects.filter(last_seen__lt=now - BEAT_HEARTBEAT_RETENTION)
+    beats = stale_beats.count() if dry_run else stale_beats.delete()[0]
+    result = PruneResult(deleted=deleted, cutoffs=limits, beat_heartbeats=beats)
+    if result.total and not dry_run:
+        log.info(
+            "pruned %d run(s)",
+            result.total,
+            extra={"action": "pruned", "deleted": dict(result.deleted)},
+        )
+    return result
+
+
+def _delete_in_batches(runs: QuerySet[JobRun], batch_size: int) -> int:
+    total = 0
+    while True:
+        with transaction.atomic():
+            ids = list(runs.order_by("scheduled_for").values_list("id", flat=True)[:batch_size])
+            if not ids:
+                return total
+            # Through the ORM: runs that retried these keep their row (retry_of is SET_NULL).
+            JobRun.objects.filter(id__in=ids).delete()
+        total += len(ids)
+        if len(ids) < batch_size:
+            return total
+
+
+_last_prune: float | None = None
+_lock = threading.Lock()
+
+
+def prune_if_due() -> PruneResult | None:
+    """For the maintenance loop: ``prune()`` at most every ``JOBS_RETENTION_INTERVAL`` seconds
+    in this process (a second node pruning too is harmless, only redundant)."""
+    global _last_prune
+    interval = get_ops_conf().retention_interval
+    with _lock:
+        now = time.monotonic()
+        if _last_prune is not None and now - _last_prune < interval:
+            return None
+        _last_prune = now
+    return prune()

@@ -1,0 +1,1 @@
+"""HTTP faces: JSON API, OpenAPI, tokens, dashboard, metrics, health and probes."""

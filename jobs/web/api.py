@@ -1,0 +1,553 @@
+"""The JSON API under ``/api/``: list jobs and runs, trigger a run (at most once per
+``Idempotency-Key``), pause, resume and edit policies. Described by ``/api/openapi.json``.
+
+Authentication: ``Authorization: Bearer <token>`` (``manage.py apitoken create NAME``), or the
+admin session of a staff user, whose writes then need the CSRF token like any form post.
+Every change goes through ``jobs.services``, as the admin's and the CLI's do, and is recorded
+in the audit trail under the token's name (``token:NAME``) or the user's (``user:NAME``);
+``GET /api/audit`` reads that trail.
+
+Errors are JSON, ``{"error": "...", "fields": {"name": ["..."]}}``: 400 for a bad parameter,
+header or body (each problem under the name of what was wrong), 401/403 for credentials, 404
+for an unknown job or run, 405 for a wrong method, 503 when the database is unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, ValidationError
+from django.db import InterfaceError, OperationalError
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
+
+from jobs import jsonvalues, services
+from jobs.audit import Actor
+from jobs.beat import entries
+from jobs.exceptions import JobNotFound, NotTriggerable, TokenRefused
+from jobs.models import (
+    JOB_DISPLAY_RELATED,
+    AuditAction,
+    AuditEntry,
+    AuditSource,
+    CatchUp,
+    Job,
+    JobKind,
+    JobRun,
+    OnLost,
+    Overlap,
+    RunStatus,
+    Trigger,
+)
+from jobs.web import serializers, tokens
+from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, schema
+
+log = logging.getLogger(__name__)
+
+View = Callable[..., HttpResponse]
+MAX_BIGINT = 2**63 - 1
+DEFAULT_LIMIT = 50
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, message: str, fields: Mapping[str, list[str]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fields = dict(fields or {})
+
+
+def error_response(error: ApiError) -> JsonResponse:
+    body: dict[str, Any] = {"error": error.message}
+    if error.fields:
+        body["fields"] = error.fields
+    response = JsonResponse(body, status=error.status)
+    if error.status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="clusterjobs"'
+    return response
+
+
+def invalid(fields: Mapping[str, list[str]]) -> ApiError:
+    return ApiError(400, "invalid request", fields)
+
+
+# --- the decorator every endpoint goes through -------------------------------------------------
+
+
+def endpoint(methods: Mapping[str, str | None]) -> Callable[[View], View]:
+    """``methods`` maps each allowed method to the permission a staff session needs for it
+    (``None``: no authentication at all). Tokens may do everything, read-only ones only read.
+    HEAD is GET without the body; OPTIONS answers the ``Allow`` header to anyone."""
+    allowed = dict(methods)
+    if "GET" in allowed:
+        allowed["HEAD"] = allowed["GET"]
+    allow = ", ".join([*allowed, "OPTIONS"])
+
+    def decorate(view: View) -> View:
+        @csrf_exempt
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            method = request.method or "GET"
+            if method == "OPTIONS":
+                response = HttpResponse(status=204)
+                response["Allow"] = allow
+                return response
+            response = _answer(request, method, allowed, allow, view, *args, **kwargs)
+            if method == "HEAD":
+                # The length GET would send; the WSGI server may not strip a HEAD's body itself.
+                response["Content-Length"] = str(len(response.content))
+                response.content = b""
+            return response
+
+        return wrapped
+
+    return decorate
+
+
+def _answer(
+    request: HttpRequest,
+    method: str,
+    allowed: Mapping[str, str | None],
+    allow: str,
+    view: View,
+    *args: Any,
+    **kwargs: Any,
+) -> HttpResponse:
+    try:
+        if method not in allowed:
+            refused = error_response(ApiError(405, f"{method} is not allowed"))
+            refused["Allow"] = allow
+            return refused
+        permission = allowed[method]
+        if permission is not None:
+            setattr(request, _ACTOR, _authorize(request, permission))
+        response = view(request, *args, **kwargs)
+    except ApiError as exc:
+        return error_response(exc)
+    except JobNotFound as exc:
+        return error_response(ApiError(404, str(exc)))
+    except NotTriggerable as exc:
+        return error_response(ApiError(409, str(exc)))
+    except (OperationalError, InterfaceError):
+        # Unreachable or restarting: worth a retry. Other database errors are bugs.
+        log.exception("API request failed on the database", extra={"action": "api_db"})
+        return error_response(ApiError(503, "the database is unavailable; retry later"))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+# The methods that change nothing: what a read-only token and a session without CSRF may send.
+_READS = ("GET", "HEAD", "OPTIONS")
+# Where the endpoint leaves who made the request, for the views' writes (see ``actor``).
+_ACTOR = "_jobs_api_actor"
+
+
+def actor(request: HttpRequest) -> Actor:
+    """Who an authenticated request acts for: its token, or its session's user."""
+    found = getattr(request, _ACTOR, None)
+    assert isinstance(found, Actor), "only views behind an authenticated endpoint write"
+    return found
+
+
+def _authorize(request: HttpRequest, permission: str) -> Actor:
+    secret = tokens.bearer_secret(request)
+    if secret is not None:
+        try:
+            token = tokens.authenticate(secret)
+        except TokenRefused as exc:
+            raise ApiError(401, str(exc)) from None
+        if token.read_only and request.method not in _READS:
+            raise ApiError(
+                403,
+                f"token {token.name!r} is read-only: it cannot {request.method} here "
+                "(manage.py apitoken create NAME, without --read-only, makes one that can)",
+            )
+        return Actor.token(token.name)
+    user = request.user
+    if not user.is_authenticated or not user.is_active:
+        raise ApiError(401, "authentication required: send Authorization: Bearer <token>")
+    if not user.is_staff or not user.has_perm(permission):
+        raise ApiError(403, f"this user lacks the {permission} permission")
+    if request.method not in _READS and _csrf_rejects(request):
+        raise ApiError(403, "CSRF check failed: a session's writes need the X-CSRFToken header")
+    return Actor.user(user, AuditSource.API)
+
+
+def _csrf_rejects(request: HttpRequest) -> bool:
+    """The CSRF middleware's verdict (the views are exempt from the middleware itself, because
+    token requests carry no cookie to forge)."""
+    check = CsrfViewMiddleware(_unused_response)
+    check.process_request(request)
+    return check.process_view(request, _unused_response, (), {}) is not None
+
+
+def _unused_response(request: HttpRequest) -> HttpResponse:
+    return HttpResponse()
+
+
+# --- parameters, headers and bodies ------------------------------------------------------------
+
+
+class Query:
+    """The query string, read strictly: unknown or repeated parameters are errors too."""
+
+    def __init__(self, request: HttpRequest, known: Iterable[str]) -> None:
+        self.errors: dict[str, list[str]] = {}
+        self.values: dict[str, str] = {}
+        known = set(known)
+        for name in request.GET:
+            given = request.GET.getlist(name)
+            if name not in known:
+                self.errors[name] = [f"unknown parameter; known: {', '.join(sorted(known))}"]
+            elif len(given) > 1:
+                self.errors[name] = ["give it once"]
+            elif "\x00" in given[0]:
+                self.errors[name] = ["must not contain NUL characters"]
+            else:
+                self.values[name] = given[0]
+
+    def text(self, name: str) -> str | None:
+        return self.values.get(name)
+
+    def choice(self, name: str, choices: Iterable[str]) -> str | None:
+        value = self.values.get(name)
+        allowed = list(choices)
+        if value is not None and value not in allowed:
+            self.errors[name] = [f"{value!r} is not one of {', '.join(allowed)}"]
+            return None
+        return value
+
+    def boolean(self, name: str) -> bool | None:
+        value = self.choice(name, ("true", "false"))
+        return None if value is None else value == "true"
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        value = self.values.get(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            self.errors[name] = [f"{value!r} is not a whole number"]
+            return default
+        if not low <= number <= high:
+            self.errors[name] = [f"must be between {low} and {high}"]
+            return default
+        return number
+
+    def instant(self, name: str) -> datetime | None:
+        value = self.values.get(name)
+        if value is None:
+            return None
+        try:
+            parsed = parse_datetime(value.strip())
+            if parsed is not None and timezone.is_naive(parsed):
+                parsed = parsed.replace(tzinfo=UTC)
+            if parsed is not None:
+                # In UTC: PostgreSQL takes offsets up to 15:59 only, and a time near year 1 or
+                # 9999 that an offset pushes out of range raises here.
+                parsed = parsed.astimezone(UTC)
+        except (ValueError, OverflowError):
+            parsed = None
+        if parsed is None:
+            self.errors[name] = [f"{value!r} is not an ISO 8601 time, e.g. 2030-01-01T09:00:00Z"]
+        return parsed
+
+    def check(self) -> None:
+        if self.errors:
+            raise invalid(self.errors)
+
+
+def _idempotency_key(request: HttpRequest) -> str:
+    key = request.headers.get("Idempotency-Key")
+    problem = None
+    if key is None or not key.strip():
+        problem = "required: a unique string per intended run, reused when retrying it"
+    elif len(key) > IDEMPOTENCY_KEY_MAX:
+        problem = f"at most {IDEMPOTENCY_KEY_MAX} characters"
+    elif not all("!" <= char <= "~" for char in key):
+        problem = "printable ASCII characters only, no spaces"
+    if problem is not None:
+        raise invalid({"Idempotency-Key": [problem]})
+    assert key is not None
+    return key
+
+
+def _json_object(request: HttpRequest) -> dict[str, Any]:
+    try:
+        body = jsonvalues.loads(request.body or b"null")
+    except ValueError as exc:
+        raise invalid({"body": [str(exc)]}) from None
+    if not isinstance(body, dict):
+        raise invalid({"body": ["must be a JSON object"]})
+    return body
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+@endpoint({"GET": "jobs.view_job"})
+def jobs_collection(request: HttpRequest) -> HttpResponse:
+    query = Query(request, ("enabled", "kind"))
+    enabled = query.boolean("enabled")
+    kind = query.choice("kind", JobKind.values)
+    query.check()
+    jobs = Job.objects.select_related(*JOB_DISPLAY_RELATED)
+    if enabled is not None:
+        jobs = jobs.filter(enabled=enabled)
+    if kind is not None:
+        jobs = jobs.filter(kind=kind)
+    now = timezone.now()
+    return JsonResponse({"results": [serializers.job_record(job, now) for job in jobs]})
+
+
+@endpoint({"GET": "jobs.view_job", "PATCH": "jobs.change_job"})
+def job_detail(request: HttpRequest, name: str) -> HttpResponse:
+    job = services.get_job(name)
+    if request.method == "PATCH":
+        job = _patch(job, _json_object(request), actor(request))
+    return JsonResponse(serializers.job_record(job, timezone.now()))
+
+
+def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
+    errors: dict[str, list[str]] = {}
+    if not body:
+        raise invalid({"body": [f"give at least one of {', '.join(PATCHABLE)}"]})
+    changes: dict[str, Any] = {}
+    for name, value in body.items():
+        check = PATCHABLE.get(name)
+        if check is None:
+            errors[name] = [f"unknown field; known: {', '.join(PATCHABLE)}"]
+            continue
+        problem = check(value)
+        if problem:
+            errors[name] = [problem]
+        else:
+            changes[name] = value
+    if errors:
+        raise invalid(errors)
+    enabled = changes.pop("enabled", None)
+    if changes:
+        for name, value in changes.items():
+            setattr(job, name, value)
+        job.managed_by_code = False  # an operator's edit: the declaration in code stops applying
+        try:
+            schedule = entries.schedule_of(job.periodic_task)
+        except ValueError:
+            raise invalid(
+                {"body": ["the job's schedule cannot be read: fix it in the admin"]}
+            ) from None
+        try:
+            job = services.save_job(job, schedule, actor=by)
+        except ValidationError as exc:
+            raise invalid(_field_errors(exc)) from None
+    if enabled is not None and enabled != job.enabled:
+        job = services.set_enabled(job, enabled, actor=by)
+    return services.get_job(job.name)
+
+
+def _field_errors(exc: ValidationError) -> dict[str, list[str]]:
+    if not hasattr(exc, "error_dict"):
+        return {"body": exc.messages}
+    return {("body" if key == "__all__" else key): msgs for key, msgs in exc.message_dict.items()}
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def _whole(low: int, nullable: bool = False) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value is None and nullable:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be a whole number" + (" or null" if nullable else "")
+        if not low <= value <= 2**31 - 1:
+            return f"must be between {low} and {2**31 - 1}"
+        return None
+
+    return check
+
+
+def _one_of(choices: Iterable[str]) -> Callable[[Any], str | None]:
+    allowed = list(choices)
+
+    def check(value: Any) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(allowed)}"
+
+    return check
+
+
+def _queue(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return "must be a non-empty string"
+    return None
+
+
+# What PATCH /api/jobs/{name} accepts, each with its type check; ranges are the model's.
+PATCHABLE: dict[str, Callable[[Any], str | None]] = {
+    "enabled": _boolean,
+    "overlap": _one_of(Overlap.values),
+    "start_deadline": _whole(1),
+    "catch_up": _one_of(CatchUp.values),
+    "on_lost": _one_of(OnLost.values),
+    "max_retries": _whole(0),
+    "retry_backoff": _whole(1),
+    "soft_time_limit": _whole(1, nullable=True),
+    "time_limit": _whole(1, nullable=True),
+    "lease_ttl": _whole(3),
+    "queue": _queue,
+    "priority": _whole(0, nullable=True),
+}
+
+
+@endpoint({"POST": "jobs.change_job"})
+def job_pause(request: HttpRequest, name: str) -> HttpResponse:
+    job = services.pause(name, actor=actor(request))
+    return JsonResponse(serializers.job_record(services.get_job(job.name), timezone.now()))
+
+
+@endpoint({"POST": "jobs.change_job"})
+def job_resume(request: HttpRequest, name: str) -> HttpResponse:
+    job = services.resume(name, actor=actor(request))
+    return JsonResponse(serializers.job_record(services.get_job(job.name), timezone.now()))
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+RUN_FILTERS = ("status", "trigger", "node", "since", "until", "limit", "offset")
+
+
+@endpoint({"GET": "jobs.view_jobrun", "POST": "jobs.change_job"})
+def job_runs(request: HttpRequest, name: str) -> HttpResponse:
+    job = services.get_job(name)
+    if request.method == "POST":
+        key = _idempotency_key(request)
+        run, created = services.run_once(job.name, key, Trigger.API, actor=actor(request))
+        run = JobRun.objects.select_related("job").get(pk=run.pk)
+        response = JsonResponse(serializers.run_record(run), status=201 if created else 200)
+        response["Location"] = f"/api/runs/{run.pk}"
+        # A replayed key is reported, so a client can tell its retry from a first success.
+        response["Idempotent-Replayed"] = "false" if created else "true"
+        return response
+    query = Query(request, RUN_FILTERS)
+    return _run_page(request, query, JobRun.objects.filter(job=job))
+
+
+@endpoint({"GET": "jobs.view_jobrun"})
+def runs_collection(request: HttpRequest) -> HttpResponse:
+    query = Query(request, ("job", *RUN_FILTERS))
+    runs = JobRun.objects.all()
+    job = query.text("job")
+    if job is not None:
+        runs = runs.filter(job__name=job)
+    return _run_page(request, query, runs)
+
+
+def _run_page(request: HttpRequest, query: Query, runs: QuerySet[JobRun]) -> HttpResponse:
+    status = query.choice("status", RunStatus.values)
+    trigger = query.choice("trigger", Trigger.values)
+    node = query.text("node")
+    since, until = query.instant("since"), query.instant("until")
+    if status is not None:
+        runs = runs.filter(status=status)
+    if trigger is not None:
+        runs = runs.filter(trigger=trigger)
+    if node is not None:
+        runs = runs.filter(node=node)
+    if since is not None:
+        runs = runs.filter(scheduled_for__gte=since)
+    if until is not None:
+        runs = runs.filter(scheduled_for__lt=until)
+    ordered = runs.select_related("job").order_by("-scheduled_for", "-id")
+    return _page(request, query, ordered, serializers.run_record)
+
+
+def _page(
+    request: HttpRequest,
+    query: Query,
+    rows: QuerySet[Any],
+    record: Callable[[Any], dict[str, Any]],
+) -> HttpResponse:
+    """One page of ``rows`` (already filtered and ordered, not yet read) by ``limit`` and
+    ``offset``, with the link to the next; the query's other parameters are read by now."""
+    limit = query.integer("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = query.integer("offset", 0, 0, MAX_OFFSET)
+    query.check()
+    page = list(rows[offset:][: limit + 1])
+    following = None
+    if len(page) > limit and offset + limit <= MAX_OFFSET:
+        params = {**query.values, "offset": str(offset + limit)}
+        following = f"{request.path}?{urlencode(params)}"
+    return JsonResponse({"results": [record(row) for row in page[:limit]], "next": following})
+
+
+@endpoint({"GET": "jobs.view_jobrun"})
+def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+    # Read here, not by a path converter, so that "/api/runs/abc" is a JSON 404 as well.
+    run = None
+    if run_id.isascii() and run_id.isdigit() and int(run_id) <= MAX_BIGINT:
+        run = JobRun.objects.select_related("job").filter(pk=int(run_id)).first()
+    if run is None:
+        raise ApiError(404, f"no run with id {run_id!r}")
+    return JsonResponse(serializers.run_record(run, with_traceback=True))
+
+
+# --- the audit trail ---------------------------------------------------------------------------
+
+
+@endpoint({"GET": "jobs.view_auditentry"})
+def audit_collection(request: HttpRequest) -> HttpResponse:
+    query = Query(request, ("job", "actor", "action", "source", "limit", "offset"))
+    job, who = query.text("job"), query.text("actor")
+    action = query.choice("action", AuditAction.values)
+    source = query.choice("source", AuditSource.values)
+    entries = AuditEntry.objects.all()
+    if job is not None:
+        # Its entries under this name, and those of the job now so named from before a rename.
+        entries = entries.filter(Q(job_name=job) | Q(job__name=job))
+    if who is not None:
+        entries = entries.filter(actor=who)
+    if action is not None:
+        entries = entries.filter(action=action)
+    if source is not None:
+        entries = entries.filter(source=source)
+    return _page(request, query, entries.order_by("-at", "-id"), serializers.audit_record)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 400 (a Host header not in DJANGO_ALLOWED_HOSTS, a body over
+    DATA_UPLOAD_MAX_MEMORY_SIZE, ...): JSON under /api/ saying which, the stock page elsewhere."""
+    if not request.path.startswith("/api/"):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(
+            ApiError(413, f"the request body is too large: at most {limit} bytes")
+        )
+    if isinstance(exception, DisallowedHost):
+        return error_response(ApiError(400, "bad request: the Host header is not allowed here"))
+    return error_response(ApiError(400, f"bad request: {exception}"))
+
+
+def not_found(request: HttpRequest) -> HttpResponse:
+    """Any other path under /api/: JSON, like every answer of the API."""
+    return error_response(ApiError(404, f"no such API path: {request.path}"))
+
+
+@endpoint({"GET": None})
+def openapi(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(schema())

@@ -1,0 +1,477 @@
+"""The OpenAPI 3.0 description of ``jobs.web.api``, served at ``/api/openapi.json``.
+
+Written by hand next to the views it describes; ``tests/integration/test_api_schema.py`` checks
+that every route is described and fuzzes every operation against it (schemathesis).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from jobs.models import (
+    AuditAction,
+    AuditSource,
+    CatchUp,
+    JobKind,
+    OnLost,
+    Overlap,
+    RunStatus,
+    Trigger,
+)
+
+IDEMPOTENCY_KEY_MAX = 200
+MAX_LIMIT = 500
+MAX_OFFSET = 100_000
+
+_INT32_MAX = 2**31 - 1
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "nullable": True}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_DATETIME = {"type": "string", "format": "date-time"}
+_ERRORS = {
+    "401": _error("No credentials, or an unknown or revoked token."),
+    "403": _error(
+        "A staff session without the permission, a session write without CSRF, or a write "
+        "with a read-only token."
+    ),
+    "503": _error("The database is unreachable."),
+}
+_NOT_FOUND = {"404": _error("No job (or run) with that name (id).")}
+# Every operation can answer 400: Django refuses a Host header outside DJANGO_ALLOWED_HOSTS.
+_BAD = {"400": _error("A bad parameter, header (Host included) or body; `fields` names each.")}
+
+_JOB_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "The job's name.",
+    "schema": {"type": "string", "minLength": 1},
+}
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+_RUN_FILTERS = [
+    _query("status", "Only runs in this state.", {"type": "string", "enum": RunStatus.values}),
+    _query("trigger", "Only runs made this way.", {"type": "string", "enum": Trigger.values}),
+    _query("node", "Only runs claimed by this node.", {"type": "string"}),
+    _query("since", "Only slots at or after this instant.", _DATETIME),
+    _query("until", "Only slots before this instant.", _DATETIME),
+    _query(
+        "limit",
+        "At most this many runs (newest slot first).",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 50},
+    ),
+    _query(
+        "offset",
+        "Skip this many runs; `next` in the answer gives the following page.",
+        {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+    ),
+]
+
+_LIMIT = _query(
+    "limit",
+    "At most this many (newest first).",
+    {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 50},
+)
+_OFFSET = _query(
+    "offset",
+    "Skip this many; `next` in the answer gives the following page.",
+    {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+)
+
+_POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
+    "overlap": {"type": "string", "enum": Overlap.values},
+    "start_deadline": {"type": "integer", "minimum": 1, "maximum": _INT32_MAX},
+    "catch_up": {"type": "string", "enum": CatchUp.values},
+    "on_lost": {"type": "string", "enum": OnLost.values},
+    "max_retries": {"type": "integer", "minimum": 0, "maximum": 100},
+    "retry_backoff": {"type": "integer", "minimum": 1, "maximum": _INT32_MAX},
+    "soft_time_limit": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
+    "time_limit": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
+    "lease_ttl": {"type": "integer", "minimum": 3, "maximum": _INT32_MAX},
+    "queue": {"type": "string", "minLength": 1, "maxLength": 100},
+    "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9}),
+}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {"type": "string"},
+            "fields": {
+                "type": "object",
+                "description": "What was wrong, under the name of each parameter, header or "
+                "body field (`body` for the body as a whole).",
+                "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+    },
+    "Job": {
+        "type": "object",
+        "required": [
+            "name",
+            "task",
+            "kind",
+            "enabled",
+            "schedule",
+            "schedule_error",
+            "next_slot",
+            "args",
+            "kwargs",
+            *_POLICY_PROPERTIES,
+            "managed_by_code",
+            "created_at",
+            "updated_at",
+        ],
+        "properties": {
+            "name": {"type": "string"},
+            "task": {"type": "string", "description": "The registered job function."},
+            "kind": {"type": "string", "enum": JobKind.values},
+            "enabled": {"type": "boolean", "description": "false: paused."},
+            "schedule": {"type": "string", "description": "The schedule in words."},
+            "schedule_error": _nullable(
+                {
+                    "type": "string",
+                    "description": "Why no beat can schedule this job (null: none); it clears "
+                    "once the job is fixed.",
+                }
+            ),
+            "next_slot": _nullable(
+                {**_DATETIME, "description": "null when paused, continuous or finished."}
+            ),
+            "args": {"type": "array", "items": {}},
+            "kwargs": {"type": "object"},
+            **_POLICY_PROPERTIES,
+            "managed_by_code": {"type": "boolean"},
+            "created_at": _DATETIME,
+            "updated_at": _DATETIME,
+        },
+    },
+    "JobList": {
+        "type": "object",
+        "required": ["results"],
+        "properties": {"results": {"type": "array", "items": _ref("Job")}},
+    },
+    "JobPatch": {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "description": "Pause/resume (`enabled`) and policies. A policy change makes the job "
+        "the operator's: later changes to its declaration in code no longer apply.",
+        "properties": {"enabled": {"type": "boolean"}, **_POLICY_PROPERTIES},
+    },
+    "Run": {
+        "type": "object",
+        "required": [
+            "id",
+            "job",
+            "scheduled_for",
+            "status",
+            "trigger",
+            "attempt",
+            "fencing_token",
+            "node",
+            "pid",
+            "task_id",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "lag_seconds",
+            "duration_seconds",
+            "error",
+            "idempotency_key",
+            "retry_of",
+        ],
+        "properties": {
+            "id": {"type": "integer"},
+            "job": {"type": "string"},
+            "scheduled_for": {**_DATETIME, "description": "The slot, or the trigger time."},
+            "status": {"type": "string", "enum": RunStatus.values},
+            "trigger": {"type": "string", "enum": Trigger.values},
+            "attempt": {"type": "integer"},
+            "fencing_token": _nullable({"type": "integer"}),
+            "node": {"type": "string"},
+            "pid": _nullable({"type": "integer"}),
+            "task_id": {"type": "string", "description": "The Celery task id (jobrun-<id>)."},
+            "created_at": _DATETIME,
+            "started_at": _nullable(_DATETIME),
+            "finished_at": _nullable(_DATETIME),
+            "lag_seconds": _nullable({"type": "number", "description": "Start minus slot."}),
+            "duration_seconds": _nullable({"type": "number"}),
+            "error": {"type": "string"},
+            "idempotency_key": _nullable({"type": "string"}),
+            "retry_of": _nullable({"type": "integer"}),
+            "traceback": {"type": "string", "description": "Only on GET /api/runs/{id}."},
+        },
+    },
+    "AuditEntry": {
+        "type": "object",
+        "required": ["id", "at", "actor", "source", "action", "job", "target", "before", "after"],
+        "properties": {
+            "id": {"type": "integer"},
+            "at": {**_DATETIME, "description": "When, by the database clock."},
+            "actor": {
+                "type": "string",
+                "description": "Who: user:NAME, token:NAME, cli:OS-USER or code:WHAT.",
+            },
+            "source": {"type": "string", "enum": AuditSource.values},
+            "action": {"type": "string", "enum": AuditAction.values},
+            "job": _nullable({"type": "string", "description": "The job's name at the time."}),
+            "target": _nullable({"type": "string", "description": "The lease key or token."}),
+            "before": _nullable(
+                {
+                    "type": "object",
+                    "description": "The values before: the whole job for delete, the changed "
+                    "fields for edit, null for add.",
+                }
+            ),
+            "after": _nullable(
+                {
+                    "type": "object",
+                    "description": "The values after: the whole job for add, the changed "
+                    "fields for edit, null for delete.",
+                }
+            ),
+        },
+    },
+    "AuditList": {
+        "type": "object",
+        "required": ["results", "next"],
+        "properties": {
+            "results": {"type": "array", "items": _ref("AuditEntry")},
+            "next": _nullable({"type": "string", "description": "The next page, if any."}),
+        },
+    },
+    "RunList": {
+        "type": "object",
+        "required": ["results", "next"],
+        "properties": {
+            "results": {"type": "array", "items": _ref("Run")},
+            "next": _nullable({"type": "string", "description": "The next page, if any."}),
+        },
+    },
+}
+
+
+@cache
+def schema() -> dict[str, Any]:
+    job = _json("The job.", _ref("Job"))
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "clusterjobs",
+            "version": "1",
+            "description": "Periodic jobs that run once per slot across a cluster: list jobs "
+            "and runs, trigger a run at most once per Idempotency-Key, pause and resume.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "components": {
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "`manage.py apitoken create NAME` prints a token once. "
+                    "A logged-in staff session works too (writes then need X-CSRFToken).",
+                }
+            },
+            "schemas": _SCHEMAS,
+        },
+        "paths": {
+            "/api/jobs": {
+                "get": {
+                    "operationId": "listJobs",
+                    "summary": "List jobs.",
+                    "parameters": [
+                        _query(
+                            "enabled",
+                            "true: running jobs; false: paused ones.",
+                            {"type": "string", "enum": ["true", "false"]},
+                        ),
+                        _query(
+                            "kind",
+                            "Only jobs of this kind.",
+                            {"type": "string", "enum": JobKind.values},
+                        ),
+                    ],
+                    "responses": {"200": _json("The jobs.", _ref("JobList")), **_BAD, **_ERRORS},
+                }
+            },
+            "/api/jobs/{name}": {
+                "parameters": [_JOB_NAME],
+                "get": {
+                    "operationId": "getJob",
+                    "summary": "One job.",
+                    "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
+                },
+                "patch": {
+                    "operationId": "updateJob",
+                    "summary": "Pause/resume or change policies.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("JobPatch")}},
+                    },
+                    "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
+                },
+            },
+            "/api/jobs/{name}/pause": {
+                "parameters": [_JOB_NAME],
+                "post": {
+                    "operationId": "pauseJob",
+                    "summary": "Pause: no new slots until resumed. Pausing twice is a no-op.",
+                    "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
+                },
+            },
+            "/api/jobs/{name}/resume": {
+                "parameters": [_JOB_NAME],
+                "post": {
+                    "operationId": "resumeJob",
+                    "summary": "Resume a paused job.",
+                    "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
+                },
+            },
+            "/api/jobs/{name}/runs": {
+                "parameters": [_JOB_NAME],
+                "get": {
+                    "operationId": "listJobRuns",
+                    "summary": "The job's runs, newest slot first.",
+                    "parameters": _RUN_FILTERS,
+                    "responses": {
+                        "200": _json("A page of runs.", _ref("RunList")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        **_ERRORS,
+                    },
+                },
+                "post": {
+                    "operationId": "triggerRun",
+                    "summary": "Trigger a run now, at most once per Idempotency-Key.",
+                    "description": "The same key for the same job returns the first run "
+                    "(200, Idempotent-Replayed: true) instead of making a second; keys are "
+                    "remembered as long as the run is kept (see retention).",
+                    "parameters": [
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": True,
+                            "description": "A unique string per intended run, reused on retries.",
+                            "schema": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": IDEMPOTENCY_KEY_MAX,
+                                "pattern": "^[!-~]+$",
+                            },
+                        }
+                    ],
+                    "responses": {
+                        "201": _json("A new run, scheduled and published.", _ref("Run")),
+                        "200": _json("The run this key already made.", _ref("Run")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        "409": _error("A continuous job: it runs all the time, not per trigger."),
+                        **_ERRORS,
+                    },
+                },
+            },
+            "/api/runs": {
+                "get": {
+                    "operationId": "listRuns",
+                    "summary": "Runs of every job, newest slot first.",
+                    "parameters": [
+                        _query("job", "Only runs of this job.", {"type": "string"}),
+                        *_RUN_FILTERS,
+                    ],
+                    "responses": {
+                        "200": _json("A page of runs.", _ref("RunList")),
+                        **_BAD,
+                        **_ERRORS,
+                    },
+                }
+            },
+            "/api/runs/{run_id}": {
+                "parameters": [
+                    {
+                        "name": "run_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "integer", "minimum": 0},
+                    }
+                ],
+                "get": {
+                    "operationId": "getRun",
+                    "summary": "One run, with its traceback.",
+                    "responses": {
+                        "200": _json("The run.", _ref("Run")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        **_ERRORS,
+                    },
+                },
+            },
+            "/api/audit": {
+                "get": {
+                    "operationId": "listAudit",
+                    "summary": "The audit trail: who changed what, newest first.",
+                    "parameters": [
+                        _query(
+                            "job",
+                            "Only entries about this job (also from before it was deleted).",
+                            {"type": "string"},
+                        ),
+                        _query("actor", "Only this actor, e.g. token:ci.", {"type": "string"}),
+                        _query(
+                            "action",
+                            "Only this action.",
+                            {"type": "string", "enum": AuditAction.values},
+                        ),
+                        _query(
+                            "source",
+                            "Only actions made through this edge.",
+                            {"type": "string", "enum": AuditSource.values},
+                        ),
+                        _LIMIT,
+                        _OFFSET,
+                    ],
+                    "responses": {
+                        "200": _json("A page of entries.", _ref("AuditList")),
+                        **_BAD,
+                        **_ERRORS,
+                    },
+                }
+            },
+            "/api/openapi.json": {
+                "get": {
+                    "operationId": "openapi",
+                    "summary": "This document.",
+                    "security": [],
+                    "responses": {"200": {"description": "The OpenAPI document."}, **_BAD},
+                }
+            },
+        },
+    }

@@ -1,0 +1,116 @@
+"""How jobs and runs are shown to people and clients: the same words, records and links in the
+admin, the dashboard and the JSON API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from jobs.beat import entries, schedule_errors
+from jobs.conf import get_ops_conf
+from jobs.dispatch import task_id_for
+from jobs.models import AuditEntry, Job, JobRun, ScheduleError, Trigger
+from jobs.registry import POLICY_FIELDS
+from jobs.schedule import slots
+from jobs.schedule.kinds import describe
+
+# Model field order, so every edge lists policies the same way.
+POLICIES = POLICY_FIELDS
+
+
+def schedule_words(job: Job) -> str:
+    """The schedule in words; a beat entry that cannot be read says so instead of failing."""
+    try:
+        return describe(entries.schedule_of(job.periodic_task))
+    except Exception as exc:  # any row, however it was written, must not break a page
+        return f"unreadable schedule: {schedule_errors.describe(exc)}"
+
+
+def schedule_error(job: Job) -> str | None:
+    """Why no beat can schedule ``job`` (``ScheduleError``), if it is broken."""
+    try:
+        return job.schedule_error.error
+    except ScheduleError.DoesNotExist:
+        return None
+
+
+def next_slot(job: Job, now: datetime) -> datetime | None:
+    """The job's next slot after ``now``; ``None`` when paused, continuous, finished or broken."""
+    if not job.enabled or job.periodic_task is None:
+        return None
+    try:
+        schedule = entries.schedule_of(job.periodic_task)
+        return None if schedule is None else slots.next_slot(schedule, now)
+    except Exception:  # an unreadable entry, a cron with no next date: shown as the error
+        return None
+
+
+def flower_task_url(run: JobRun) -> str | None:
+    """The run's task in Flower, when ``FLOWER_URL`` is set. A continuous job's tenure is no
+    Celery task (its supervisor runs it, no message does), so Flower has no page for it."""
+    base = get_ops_conf().flower_url
+    if not base or run.trigger == Trigger.CONTINUOUS:
+        return None
+    return f"{base}/task/{task_id_for(run.pk)}"
+
+
+def job_record(job: Job, now: datetime) -> dict[str, Any]:
+    """A job for the API. Expects ``periodic_task`` and its schedules selected with it."""
+    record: dict[str, Any] = {
+        "name": job.name,
+        "task": job.task,
+        "kind": job.kind,
+        "enabled": job.enabled,
+        "schedule": schedule_words(job),
+        "schedule_error": schedule_error(job),
+        "next_slot": next_slot(job, now),
+        "args": job.args,
+        "kwargs": job.kwargs,
+    }
+    record.update((name, getattr(job, name)) for name in POLICIES)
+    record.update(
+        managed_by_code=job.managed_by_code, created_at=job.created_at, updated_at=job.updated_at
+    )
+    return record
+
+
+def run_record(run: JobRun, *, with_traceback: bool = False) -> dict[str, Any]:
+    """A run for the API. Expects ``job`` selected with it."""
+    record: dict[str, Any] = {
+        "id": run.pk,
+        "job": run.job.name,
+        "scheduled_for": run.scheduled_for,
+        "status": run.status,
+        "trigger": run.trigger,
+        "attempt": run.attempt,
+        "fencing_token": run.fencing_token,
+        "node": run.node,
+        "pid": run.pid,
+        "task_id": run.task_id,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "lag_seconds": run.lag,
+        "duration_seconds": run.duration,
+        "error": run.error,
+        "idempotency_key": run.idempotency_key or None,
+        "retry_of": run.retry_of_id,
+    }
+    if with_traceback:
+        record["traceback"] = run.traceback
+    return record
+
+
+def audit_record(entry: AuditEntry) -> dict[str, Any]:
+    """An audit entry for the API."""
+    return {
+        "id": entry.pk,
+        "at": entry.at,
+        "actor": entry.actor,
+        "source": entry.source,
+        "action": entry.action,
+        "job": entry.job_name or None,
+        "target": entry.target or None,
+        "before": entry.before,
+        "after": entry.after,
+    }
