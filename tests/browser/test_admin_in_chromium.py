@@ -111,7 +111,7 @@ def test_an_operator_creates_watches_runs_pauses_and_sees_the_chart(
 
     # Its runs appear on its page, from the real beat and worker.
     page.goto(f"/admin/jobs/job/{job.pk}/change/")
-    runs = page.locator(".inline-group")
+    runs = page.locator(".inline-group", has_text="recent runs")
 
     def a_run_succeeded_on_the_page() -> bool:
         page.reload()
