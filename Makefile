@@ -10,12 +10,15 @@ INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml 
 
 .PHONY: run test chromium rabbitmq-server faketime manage lint format typecheck migrations-check ci lock clean
 
+# Quiet, and on stderr: `make manage ARGS="jobs list --json"` prints only the command's output,
+# even the first time, when it installs.
 $(INSTALLED): requirements/dev.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
-	rm -f $(VENV)/.installed-*
-	touch $@
+	@echo "installing requirements/dev.txt into $(VENV)" >&2
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip >&2
+	@$(BIN)/python -m pip install --quiet -r requirements/dev.txt >&2
+	@rm -f $(VENV)/.installed-*
+	@touch $@
 
 run: $(INSTALLED)
 	$(BIN)/python -m devtools run
@@ -40,8 +43,9 @@ faketime:
 	@command -v faketime >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; }
 
+# Silent (no echo of the command), so `make manage ARGS="jobs runs demo.quick --json"` is pure JSON.
 manage: $(INSTALLED)
-	$(BIN)/python -m devtools manage $(ARGS)
+	@$(BIN)/python -m devtools manage $(ARGS)
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

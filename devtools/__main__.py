@@ -2,7 +2,9 @@
 
 Every subcommand first makes sure a database and a broker exist: those named by
 ``DATABASE_URL`` / ``CELERY_BROKER_URL``, or embedded ones started under ``.dev/``. ``test`` also
-makes sure a RabbitMQ exists for the tests that run on it (``devtools/rabbitmq.py``).
+makes sure a RabbitMQ exists for the tests that run on it (``devtools/rabbitmq.py``). ``run`` and
+``manage`` load the same job modules (the demo jobs too), so the CLI knows every job the
+platform runs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ PYTHON = sys.executable
 MANAGE = [PYTHON, str(ROOT / "manage.py")]
 CELERY = [PYTHON, "-m", "celery", "-A", "project"]
 DEMO_MODULE = "demo.jobs"
+PID_DIR = DEV_DIR / "run"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,20 +49,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Development settings unless told otherwise; production settings have their own tests.
         env.setdefault("DJANGO_DEBUG", "1")
         if args.verb == "run":
-            return run_platform(env)
+            return run_platform(with_dev_jobs(env))
         if args.verb == "test":
             with rabbitmq_for_tests(env) as rabbitmq_env:
                 env.update(rabbitmq_env)
                 return subprocess.call(
                     [PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT
                 )
-        return subprocess.call([*MANAGE, *args.manage_args], env=env, cwd=ROOT)
+        return subprocess.call([*MANAGE, *args.manage_args], env=with_dev_jobs(env), cwd=ROOT)
+
+
+def with_dev_jobs(env: dict[str, str]) -> dict[str, str]:
+    """``env`` whose ``JOBS_MODULES`` also names the demo jobs: the one definition of what the
+    dev platform and the dev CLI load."""
+    modules = [m.strip() for m in env.get("JOBS_MODULES", "").split(",") if m.strip()]
+    if DEMO_MODULE not in modules:
+        modules.append(DEMO_MODULE)
+    return {**env, "JOBS_MODULES": ",".join(modules)}
 
 
 def run_platform(env: dict[str, str]) -> int:
-    modules = [m for m in env.get("JOBS_MODULES", "").split(",") if m.strip()]
-    if DEMO_MODULE not in modules:
-        env["JOBS_MODULES"] = ",".join([*modules, DEMO_MODULE])
     if not env.get("FLOWER_BASIC_AUTH"):
         env["FLOWER_BASIC_AUTH"] = f"admin:{secrets.token_urlsafe(12)}"
         print(f"Flower login (generated for this run): {env['FLOWER_BASIC_AUTH']}")
@@ -70,7 +79,7 @@ def run_platform(env: dict[str, str]) -> int:
     subprocess.run([*MANAGE, "migrate", "--noinput", "-v", "1"], env=env, cwd=ROOT, check=True)
     subprocess.run([PYTHON, "-m", "devtools.dev_admin"], env=env, cwd=ROOT, check=True)
 
-    group = ProcessGroup(env)
+    group = ProcessGroup(env, PID_DIR)
     group.start(Command("web", [*MANAGE, "runserver", f"127.0.0.1:{web_port}", "--noreload"]))
     for n in (1, 2):
         group.start(Command(f"beat-{n}", [*CELERY, "beat", "-l", "info"]))

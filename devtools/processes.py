@@ -1,8 +1,11 @@
 """Run several long-lived processes in the foreground with prefixed output, and stop them all.
 
 Each child gets its own process group, so stopping it also stops what it forked (a Celery
-worker's pool). Ctrl-C or SIGTERM stops the whole group; nothing is left. A child that dies is
-reported and the others keep running, so a tour can kill a worker and watch the takeover.
+worker's pool). Each child's pid (its process group's id) is written to ``<pid_dir>/<name>.pid``,
+so a tour can kill exactly one of them with its pool (``kill -9 -- -$(cat .dev/run/worker-1.pid)``).
+Ctrl-C or SIGTERM stops the whole group, nothing is left, and a closing line says what was
+stopped. A child that dies is reported and the others keep running, so a tour can kill a worker
+and watch the takeover.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 COLOURS = ["36", "33", "35", "32", "34", "31", "96", "93"]
 STOP_GRACE_SECONDS = 15.0
@@ -28,8 +32,9 @@ class Command:
 
 
 class ProcessGroup:
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], pid_dir: Path) -> None:
         self._env = dict(env)
+        self._pid_dir = pid_dir
         self._children: list[tuple[Command, subprocess.Popen[bytes]]] = []
         self._width = 8
         self._print_lock = threading.Lock()
@@ -46,6 +51,8 @@ class ProcessGroup:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self._pid_dir.mkdir(parents=True, exist_ok=True)
+        self._pid_file(command).write_text(f"{process.pid}\n")
         colour = COLOURS[len(self._children) % len(COLOURS)]
         self._children.append((command, process))
         threading.Thread(
@@ -67,6 +74,7 @@ class ProcessGroup:
 
     def stop_all(self) -> None:
         self._stopping = True
+        exited = [command.name for command, process in self._children if process.poll() is not None]
         for _, process in self._children:
             _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
@@ -78,6 +86,15 @@ class ProcessGroup:
             # Reap anything the child left behind in its group (pool processes), too.
             _signal_group(process, signal.SIGKILL)
             process.wait()
+            self._pid_file(command).unlink(missing_ok=True)
+        stopped = [command.name for command, _ in self._children if command.name not in exited]
+        closing = f"stopped {', '.join(stopped) or 'nothing'}"
+        if exited:
+            closing += f" ({', '.join(exited)} had already exited)"
+        self.say("devtools", closing)
+
+    def _pid_file(self, command: Command) -> Path:
+        return self._pid_dir / f"{command.name}.pid"
 
     def say(self, name: str, line: str, colour: str = "1") -> None:
         prefix = (

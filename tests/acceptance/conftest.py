@@ -26,7 +26,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,8 @@ import redis
 from celery import current_app
 from django.conf import settings
 from kombu import Connection
+
+from devtools.services import import_pgserver
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_SECONDS = 15
@@ -313,11 +314,7 @@ class PrivatePostgres:
 
 @pytest.fixture
 def private_postgres() -> Iterator[PrivatePostgres]:
-    with warnings.catch_warnings():
-        # platformdirs warns about XDG_RUNTIME_DIR when pgserver picks its lock directory.
-        warnings.simplefilter("ignore")
-        import pgserver
-
+    pgserver = import_pgserver()
     # Not under pytest's tmp_path: the server runs as another user, and every pytest start
     # makes pytest's temporary root private again.
     folder = Path(tempfile.mkdtemp(prefix="jobs-pg-"))
