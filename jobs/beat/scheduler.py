@@ -149,6 +149,9 @@ class ClusterScheduler(Scheduler):
             MaintenanceLoop(conf.maintenance_interval, conf.republish_after) if maintain else None
         )
         super().__init__(*args, **kwargs)
+        # The longest sleep is JOBS_BEAT_MAX_INTERVAL whatever Celery passed (--max-interval):
+        # set after Celery's __init__, so the banner's "maxinterval" tells the truth.
+        self.max_interval = self._max_sleep  # type: ignore[assignment]  # typed int in stubs
 
     # --- celery.beat.Scheduler interface --------------------------------------------------
     def setup_schedule(self) -> None:

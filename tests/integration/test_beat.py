@@ -347,3 +347,13 @@ def test_start_up_is_one_pass_for_many_jobs(
     beat = _beat(clock)
     assert len(beat._entries) == 40
     assert all(entry.due is not None and entry.due > clock.now for entry in beat._entries.values())
+
+
+def test_the_banner_s_maxinterval_is_the_scheduler_s_real_longest_sleep(
+    clock: VirtualClock,
+) -> None:
+    """``celery beat -l info`` prints ``scheduler.max_interval`` as "maxinterval": it must be
+    JOBS_BEAT_MAX_INTERVAL, the sleep the beat really caps at, not Celery's 5-minute default."""
+    beat = ClusterScheduler(app=app, clock=clock, maintain=False, max_interval=300)
+    assert beat.max_interval == settings.JOBS_BEAT_MAX_INTERVAL != 300
+    assert beat.tick_at(clock.now) <= settings.JOBS_BEAT_MAX_INTERVAL
