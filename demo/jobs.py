@@ -18,9 +18,10 @@ def quick(ctx: JobContext) -> dict[str, object]:
     return {"slot": ctx.scheduled_for.isoformat(), "token": ctx.fencing_token}
 
 
-@job("demo.slow", every="1m", lease_ttl=15)
-def slow(ctx: JobContext, seconds: float = 20.0) -> str:
-    """Works for a while, checking ctx.stopping so it can hand over cleanly."""
+@job("demo.slow", every="15s", lease_ttl=15)
+def slow(ctx: JobContext, seconds: float = 25.0) -> str:
+    """Works longer than its interval, checking ctx.stopping so it can hand over cleanly: the
+    slot after each run's start finds the lease held and is recorded ``skipped`` (overlap skip)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if ctx.stopping.wait(0.5):
