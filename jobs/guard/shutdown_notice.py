@@ -1,7 +1,7 @@
 """A worker's shutdown, told to the runs executing in each of its processes: ``ctx.stopping`` is
 set in every run under way when the worker is asked to stop (a warm shutdown: SIGTERM to its
 main process, or Ctrl-C), so a long job can end early instead of holding the deploy up until it
-finishes (DESIGN.md: ``stopping`` is set when the lease is lost or the node shuts down).
+finishes (docs/design.md: ``stopping`` is set when the lease is lost or the node shuts down).
 
 Celery tells only the main process (``worker_shutting_down``); the runs execute in pool processes
 forked from it. So the main process opens a pipe before its pool forks (``worker_init``); each
