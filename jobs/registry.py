@@ -259,7 +259,13 @@ def _import_task_modules() -> bool:
     if _modules_imported:
         return False
     _modules_imported = True
-    current_app.loader.import_default_modules()
+    loader = current_app.loader
+    # A worker or beat imported them as it started; doing it again would run django.setup()
+    # again (Celery's Django fix-up), whose logging setup writes into Celery's redirected
+    # stderr: log lines lost, or a process stuck on the proxy's lock.
+    if loader.worker_initialized:
+        return False
+    loader.import_default_modules()
     return True
 
 
