@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from celery import Task, current_app, shared_task
 
-from jobs.exceptions import RegistryConflict, RunFailed, RunLost, UnknownJobFunction
+from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
 from jobs.schedule.kinds import Cron, Schedule, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
@@ -50,6 +50,10 @@ POLICY_FIELDS: tuple[str, ...] = (
 )
 
 
+# The longest lock key: the width of the lease table's key column (and of a run's lease_key).
+LOCK_KEY_MAX_LENGTH = 255
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A registered job function and what its declaration says about it."""
@@ -66,6 +70,25 @@ class JobSpec:
     # A plain Celery task (``func`` is the task): called with the job's arguments only, plus
     # ``ctx=`` when it declares that keyword-only parameter.
     plain: bool = False
+
+    def derive_lock_key(self, args: list[Any], kwargs: dict[str, Any]) -> str:
+        """The lock key ``lock_key`` derives from a job's arguments; ``BadLockKey`` when it
+        cannot, or derives one the lease table cannot hold."""
+        assert self.lock_key is not None
+        try:
+            if callable(self.lock_key):
+                key = str(self.lock_key(*args, **kwargs))
+            else:
+                key = self.lock_key.format(*args, **kwargs)
+        except Exception as exc:  # the declaration's own code: whatever it raises
+            raise BadLockKey(f"cannot be derived from the arguments: {exc!r}") from exc
+        if len(key) > LOCK_KEY_MAX_LENGTH:
+            raise BadLockKey(
+                f"is {len(key)} characters long with these arguments, at most {LOCK_KEY_MAX_LENGTH}"
+            )
+        if "\x00" in key:
+            raise BadLockKey("contains a NUL character with these arguments")
+        return key
 
     @property
     def takes_ctx(self) -> bool:
@@ -162,6 +185,12 @@ def job(
             lock_key=lock_key,
             step_every=step_seconds,
         )
+        if lock_key is not None and spec.declares_job:
+            try:
+                # The job it declares has no arguments: its runs will all derive this key.
+                spec.derive_lock_key([], {})
+            except BadLockKey as exc:
+                raise TypeError(f"@job({name!r}): its lock key {exc}") from None
         existing = _REGISTRY.get(name)
         if existing is not None and _qualified(existing.func) != _qualified(func):
             raise RegistryConflict(

@@ -27,12 +27,10 @@ from jobs.guard import policies, run_records, shutdown_notice
 from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
-from jobs.models import Job, Lease, Overlap, RunStatus
+from jobs.models import Job, Overlap, RunStatus
 
 log = logging.getLogger(__name__)
 
-# The longest key a lease row (and a run's lease_key) holds.
-LOCK_KEY_MAX_LENGTH: int = Lease._meta.get_field("key").max_length or 0
 # Maintenance records lost a running run whose worker it believes dead (jobs.upkeep.recovery).
 RECORDED_LOST_MEANWHILE = "recorded lost by maintenance before this worker finished it"
 # A connection used by a run less than this ago is known to work (see _recycle_connection).
@@ -172,20 +170,7 @@ def lock_key_for(job: Job, spec: registry.JobSpec) -> str:
     when it cannot, or derives one the lease table cannot hold)."""
     if spec.lock_key is None:
         return job.lock_key
-    try:
-        if callable(spec.lock_key):
-            key = str(spec.lock_key(*job.args, **job.kwargs))
-        else:
-            key = spec.lock_key.format(*job.args, **job.kwargs)
-    except Exception as exc:  # the declaration's own code: whatever it raises
-        raise BadLockKey(f"cannot be derived from the arguments: {exc!r}") from exc
-    if len(key) > LOCK_KEY_MAX_LENGTH:
-        raise BadLockKey(
-            f"is {len(key)} characters long with these arguments, at most {LOCK_KEY_MAX_LENGTH}"
-        )
-    if "\x00" in key:
-        raise BadLockKey("contains a NUL character with these arguments")
-    return key
+    return spec.derive_lock_key(job.args, job.kwargs)
 
 
 def _settle(outcome: Outcome, job: Job, keeper: LeaseKeeper) -> Outcome:

@@ -11,3 +11,31 @@ def test_a_declared_job_name_with_a_slash_is_refused_at_import() -> None:
     with pytest.raises(TypeError, match="a job's name cannot contain '/'"):
         registry.job("reports/nightly", every="1h")
     assert not registry.is_registered("reports/nightly")
+
+
+@pytest.mark.parametrize(
+    ("lock_key", "message"),
+    [
+        ("city:{city}", r"its lock key cannot be derived from the arguments: KeyError\('city'\)"),
+        ("x" * 300, "its lock key is 300 characters long with these arguments, at most 255"),
+        (lambda region: region, "its lock key cannot be derived from the arguments: TypeError"),
+    ],
+)
+def test_a_declared_job_whose_runs_cannot_derive_their_lock_key_is_refused_at_import(
+    lock_key: str, message: str
+) -> None:
+    # The job it declares has no arguments, so every one of its runs would fail.
+    with pytest.raises(TypeError, match=r"@job\('tests.keyed_declared'\): " + message):
+
+        @registry.job("tests.keyed_declared", every="1h", lock_key=lock_key)
+        def keyed(ctx: object, city: str = "Paris") -> None:
+            """Never registered."""
+
+    assert not registry.is_registered("tests.keyed_declared")
+
+
+def test_the_lock_key_limit_is_the_lease_column() -> None:
+    from jobs.models import JobRun, Lease
+
+    assert Lease._meta.get_field("key").max_length == registry.LOCK_KEY_MAX_LENGTH
+    assert JobRun._meta.get_field("lease_key").max_length == registry.LOCK_KEY_MAX_LENGTH
