@@ -22,7 +22,6 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     OuterRef,
-    Q,
     QuerySet,
     Subquery,
     Value,
@@ -46,9 +45,10 @@ from jobs import services
 from jobs.audit import Actor
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.exceptions import NotTriggerable
-from jobs.forms import POLICY_FIELD_ORDER, JobForm
+from jobs.forms import JobForm
 from jobs.models import (
     JOB_DISPLAY_RELATED,
+    LIVE_LEASE,
     ApiToken,
     AuditEntry,
     AuditSource,
@@ -58,6 +58,7 @@ from jobs.models import (
     Node,
     RunStatus,
 )
+from jobs.registry import POLICY_FIELDS
 from jobs.web import serializers, tokens
 
 for _beat_model in (
@@ -72,7 +73,7 @@ for _beat_model in (
 RECENT_RUNS = 20
 RECENT_AUDIT_ENTRIES = 10
 
-# The admin index links the jobs dashboard (jobs.web.dashboard, issue 6).
+# The admin index links the jobs dashboard (jobs.web.dashboard).
 admin.site.index_template = "admin/jobs_index.html"
 
 _STATUS_COLOURS = {
@@ -230,7 +231,7 @@ class JobAdmin(admin.ModelAdmin):
             (None, {"fields": ["name", "task", "enabled"]}),
             ("Schedule", {"fields": ["schedule_type", "every", "cron", "timezone", "run_at"]}),
             ("Arguments", {"fields": ["args", "kwargs"]}),
-            ("Policies", {"classes": ["collapse"], "fields": list(POLICY_FIELD_ORDER)}),
+            ("Policies", {"classes": ["collapse"], "fields": list(POLICY_FIELDS)}),
         ]
         if obj is not None:
             fieldsets.append(("Record", {"fields": self.readonly_fields}))
@@ -241,8 +242,8 @@ class JobAdmin(admin.ModelAdmin):
         runs = JobRun.objects.filter(job=OuterRef("pk")).order_by("-scheduled_for", "-id")
         # Mirrors Job.lock_key, so the lease lookup stays inside this one query.
         leases = Lease.objects.filter(
+            LIVE_LEASE,
             key=Concat(Value("job:"), OuterRef("name"), output_field=CharField()),
-            expires_at__gt=Now(),
         )
         return (
             super()
@@ -446,7 +447,7 @@ class LeaseAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Lease]:
         # Validity by the database clock, the only clock leases are judged by.
-        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
+        live = ExpressionWrapper(LIVE_LEASE, output_field=BooleanField())
         remaining = ExpressionWrapper(F("expires_at") - Now(), output_field=DurationField())
         return super().get_queryset(request).annotate(is_live=live, remaining=remaining)
 
@@ -489,8 +490,8 @@ class NodeAdmin(ReadOnlyAdmin):
         )
         # Holders are "<node>:<pid>:..." (jobs.guard.runner), so a node's leases share its prefix.
         held = Lease.objects.filter(
+            LIVE_LEASE,
             holder__startswith=Concat(OuterRef("name"), Value(":"), output_field=CharField()),
-            expires_at__gt=Now(),
         ).values("key")
         age = ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField())
         return with_liveness(

@@ -18,7 +18,7 @@ class JobsConfig(AppConfig):
         from jobs.conf import get_conf, get_ops_conf
 
         conf = get_conf()  # validates the JOBS_* settings now, not at first use
-        get_ops_conf()  # issue 6's settings (health, metrics, retention), validated likewise
+        get_ops_conf()  # the operations settings (health, metrics, retention), likewise
         # Every installed app's `jobs` module registers its job functions (ours has none).
         autodiscover_modules("jobs")
         for module in conf.modules:

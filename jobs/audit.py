@@ -25,12 +25,13 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 
 from jobs.models import AuditAction, AuditEntry, AuditSource, Job
-from jobs.web.serializers import POLICIES, schedule_words
+from jobs.registry import POLICY_FIELDS
+from jobs.web.serializers import schedule_words
 
 log = logging.getLogger("jobs.audit")
 
 # The fields a job's state is recorded with, in the order people read them.
-JOB_FIELDS = ("name", "task", "kind", "enabled", "schedule", "args", "kwargs", *POLICIES)
+JOB_FIELDS = ("name", "task", "kind", "enabled", "schedule", "args", "kwargs", *POLICY_FIELDS)
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,12 @@ from jobs.schedule.kinds import (
     validate_cron,
     validate_timezone,
 )
-from jobs.web.serializers import schedule_error, schedule_words
+from jobs.web.serializers import job_fields, run_fields
 
 USAGE = 2
 RUNTIME = 1
 
 # Policy fields in the model's order, so flags, records and help read the same way everywhere.
-POLICIES = POLICY_FIELDS
 
 
 def policy_flag(field: str) -> str:
@@ -50,23 +49,9 @@ FIELD_FLAGS: dict[str, str] = {
     "enabled": "--paused",
     "args": "--args",
     "kwargs": "--kwargs",
-    **{field: policy_flag(field) for field in POLICIES},
+    **{field: policy_flag(field) for field in POLICY_FIELDS},
 }
 
-RUN_FIELDS = (
-    "id",
-    "job",
-    "scheduled_for",
-    "status",
-    "trigger",
-    "attempt",
-    "fencing_token",
-    "node",
-    "pid",
-    "started_at",
-    "finished_at",
-    "error",
-)
 LEASE_FIELDS = ("key", "holder", "token", "acquired_at", "expires_at")
 NODE_FIELDS = (
     "name",
@@ -221,25 +206,13 @@ def jsonable(value: object) -> object:
 
 
 def job_record(job: Job) -> dict[str, object]:
-    """Expects ``periodic_task`` and its schedules selected with the job."""
-    values: dict[str, object] = {
-        "name": job.name,
-        "task": job.task,
-        "kind": job.kind,
-        "enabled": job.enabled,
-        "schedule": schedule_words(job),
-        "schedule_error": schedule_error(job),
-    }
-    values.update((field, getattr(job, field)) for field in POLICIES)
-    values.update(args=job.args, kwargs=job.kwargs)
-    return values
+    """Expects ``JOB_DISPLAY_RELATED`` selected with the job."""
+    return {key: jsonable(value) for key, value in job_fields(job).items()}
 
 
 def run_record(run: JobRun) -> dict[str, object]:
     """Expects ``job`` selected with the run."""
-    values = {field: jsonable(getattr(run, field)) for field in RUN_FIELDS}
-    values["job"] = run.job.name
-    return values
+    return {key: jsonable(value) for key, value in run_fields(run).items()}
 
 
 def lease_record(lease: Lease) -> dict[str, object]:

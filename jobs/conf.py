@@ -51,7 +51,7 @@ def get_conf() -> JobsConf:
     )
 
 
-# --- issue 6: operations (health, metrics access, retention, Flower link) ------------------
+# --- operations: health, metrics access, retention, Flower link -----------------------------
 
 
 @dataclass(frozen=True)

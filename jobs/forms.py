@@ -32,8 +32,6 @@ from jobs.schedule.kinds import (
     validate_timezone,
 )
 
-# The policies, in the order the page shows them.
-POLICY_FIELD_ORDER = POLICY_FIELDS
 SCHEDULE_FIELDS = ("schedule_type", "every", "cron", "timezone", "run_at")
 
 # django-celery-beat keeps the interval in a 32-bit integer column; a longer one would fail
@@ -115,7 +113,7 @@ class JobForm(forms.ModelForm):
 
     class Meta:
         model = Job
-        fields = ("name", "task", "enabled", "args", "kwargs", *POLICY_FIELD_ORDER)
+        fields = ("name", "task", "enabled", "args", "kwargs", *POLICY_FIELDS)
         field_classes = {"args": ArgumentsField, "kwargs": ArgumentsField}
         widgets = {
             "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
@@ -216,7 +214,7 @@ class JobForm(forms.ModelForm):
             args=data["args"],
             kwargs=data["kwargs"],
             enabled=data["enabled"],
-            policies={name: data[name] for name in POLICY_FIELD_ORDER if name in data},
+            policies={name: data[name] for name in POLICY_FIELDS if name in data},
         )
 
     def _add_service_errors(self, exc: ValidationError) -> None:

@@ -246,14 +246,14 @@ class JobRun(models.Model):
     duplicate_deliveries = models.PositiveIntegerField(
         db_default=0, help_text="Extra deliveries of this run's message, each a recorded no-op."
     )
-    # issue 6 (API): the client's Idempotency-Key of an API trigger; "" for every other run.
+    # The client's Idempotency-Key of an API trigger; "" for every other run.
     idempotency_key = models.CharField(
         max_length=200,
         blank=True,
         db_default="",
         help_text="The Idempotency-Key an API trigger carried: the same key never makes two runs.",
     )
-    # issue 6 (metrics): counted into RunRollup, so /metrics reads totals instead of every run.
+    # Counted into RunRollup, so /metrics reads totals instead of every run.
     folded = models.BooleanField(
         db_default=False, editable=False, help_text="Counted into the metrics totals."
     )
@@ -303,6 +303,11 @@ class JobRun(models.Model):
         if self.started_at is None:
             return None
         return (self.started_at - self.scheduled_for).total_seconds()
+
+
+# A lease is live while it expires after now, by the database clock (guarantee 2): the ORM's
+# form of the test every statement of jobs/guard/lease.py writes as ``expires_at > now()``.
+LIVE_LEASE = Q(expires_at__gt=Now())
 
 
 class Lease(models.Model):
@@ -363,7 +368,7 @@ class Node(models.Model):
         return self.name
 
 
-# --- issue 6: operations (API tokens, beat heartbeats, run totals kept past retention) -------
+# --- operations: API tokens, beat heartbeats, run totals kept past retention ---------------
 
 
 class ApiToken(models.Model):
@@ -385,7 +390,7 @@ class ApiToken(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
-    # issue 10 (audit): who made it, and when it stops working (by the database clock).
+    # Who made it, and when it stops working (by the database clock).
     created_by = models.CharField(
         max_length=255, blank=True, db_default="", editable=False, help_text="Who created it."
     )
@@ -444,7 +449,7 @@ class RunRollup(models.Model):
         return f"{self.job_id}/{self.status}: {self.count}"
 
 
-# --- issue 3: the schedule change log (incremental beat reloads) ----------------------------
+# --- the schedule change log (incremental beat reloads) -------------------------------------
 
 
 class ScheduleChange(models.Model):
@@ -492,7 +497,7 @@ class ScheduleError(models.Model):
         return f"{self.job_id}: {self.error}"
 
 
-# --- issue 10: the audit trail ---------------------------------------------------------------
+# --- the audit trail ------------------------------------------------------------------------
 
 
 class AuditAction(models.TextChoices):

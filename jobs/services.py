@@ -12,7 +12,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models.functions import Now
 
 from jobs import audit, jsonvalues, registry
 from jobs.audit import Actor
@@ -21,7 +20,16 @@ from jobs.dispatch import trigger_now, trigger_once
 from jobs.exceptions import BadLockKey, JobNotFound
 from jobs.guard import lease
 from jobs.guard.runner import lock_key_for
-from jobs.models import JOB_DISPLAY_RELATED, AuditAction, Job, JobKind, JobRun, Lease, Trigger
+from jobs.models import (
+    JOB_DISPLAY_RELATED,
+    LIVE_LEASE,
+    AuditAction,
+    Job,
+    JobKind,
+    JobRun,
+    Lease,
+    Trigger,
+)
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Schedule
 from jobs.upkeep import retention
@@ -237,7 +245,7 @@ def release_lease(name: str, *, actor: Actor) -> bool:
     job = get_job(name)
     key = job.lock_key
     # Locked, so the holder recorded is the one released.
-    held = Lease.objects.select_for_update().filter(key=key, expires_at__gt=Now()).first()
+    held = Lease.objects.select_for_update().filter(LIVE_LEASE, key=key).first()
     released = lease.force_release(key)
     before = {"live": False} if held is None else _holder(held, live=True)
     after = {"live": False} if held is None else _holder(held, live=False)

@@ -58,7 +58,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # Probes and the scrape (/livez, /readyz, /healthz, /metrics) answer before host validation
-    # and the HTTPS redirect, so a load balancer or Prometheus can reach them by IP (issue 6).
+    # and the HTTPS redirect, so a load balancer or Prometheus can reach them by IP.
     "jobs.web.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # A NUL in a URL (admin filters, searches, object ids) is a 400, not a database error.
@@ -189,7 +189,7 @@ if not DEBUG:
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 
-# --- Operations (issue 6): Flower link, metrics access, health, retention, log format -------
+# --- Operations: Flower link, metrics access, health, retention, log format ----------------
 # Where the admin links each run's Celery task (``<FLOWER_URL>/task/jobrun-<id>``); empty: no link.
 FLOWER_URL = env.str("FLOWER_URL", "") or ""
 # Who may scrape /metrics without an API token: comma-separated addresses or networks (CIDR).

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from jobs.guard import run_records
+from jobs.database_clock import database_now
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class DatabaseClock:
     def __init__(
         self,
         local: Callable[[], datetime] = timezone.now,
-        read_database: Callable[[], datetime] = run_records.database_now,
+        read_database: Callable[[], datetime] = database_now,
         refresh_seconds: float = REFRESH_SECONDS,
     ) -> None:
         self._local = local

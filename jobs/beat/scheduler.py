@@ -44,14 +44,15 @@ from django_celery_beat.models import (
 
 from jobs.beat import changelog, entries, schedule_errors
 from jobs.beat.clock import DatabaseClock
+from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.conf import get_conf
+from jobs.database_clock import database_now
 from jobs.dispatch import publish_many
 from jobs.guard import run_records
 from jobs.models import Job
 from jobs.schedule import catchup, slots
 from jobs.schedule.kinds import At, Schedule
 from jobs.upkeep.maintenance import MaintenanceLoop
-from jobs.web.health import beat_recorder, timed_beat_tick
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ class ClusterScheduler(Scheduler):
             if behind:
                 # This beat stalled past the deadline: the catch-up policy decides, by the
                 # database clock, for every slot from the one it should have fired on.
-                reference = min(now, run_records.database_now())
+                reference = min(now, database_now())
                 for entry, when in behind:
                     if reference - when <= timedelta(seconds=entry.start_deadline):
                         # Late only by this beat's clock, which runs ahead: fire as usual.
@@ -353,10 +354,10 @@ class ClusterScheduler(Scheduler):
         sync_declared_jobs()
         position = changelog.newest_id()  # before reading jobs: later edits are read again
         rows = self._read_jobs()
-        database_now, newest = run_records.newest_slots([row[_ID] for row in rows])
+        db_now, newest = run_records.newest_slots([row[_ID] for row in rows])
         # The database clock is the cluster's shared reference: a beat whose clock is ahead
         # must not take slots that have not come yet for missed ones.
-        reference = min(now, database_now)
+        reference = min(now, db_now)
         self._entries, self._heap, self._set_aside = {}, [], {}
         fire: list[tuple[_Entry, datetime]] = []
         missed: list[tuple[int, datetime, str]] = []

@@ -155,15 +155,6 @@ def state_of(node: Node, now: datetime) -> Liveness:
     return Liveness.ALIVE if now < dead_at else Liveness.DEAD
 
 
-def database_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        row = cursor.fetchone()
-    assert row is not None
-    value: datetime = row[0]
-    return value
-
-
 class NodeHeartbeat:
     """Registers the node, then heartbeats every ``info.heartbeat_interval`` seconds on its own
     thread (and database connection) until ``stop``, which marks the node stopped.

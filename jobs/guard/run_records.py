@@ -460,7 +460,7 @@ def mark_lost_runs(now: datetime | None = None) -> list[LostRun]:
     ]
 
 
-# --- issue 3: catch-up and maintenance (the beat's and maintenance's statements) ----------------
+# --- catch-up and maintenance (the beat's and maintenance's statements) -------------------------
 
 # Guarantee 6 for slots nobody fired in time (every beat down, or this beat stalled): the slot
 # gets its one record, terminal and saying why. Same unique index as _INSERT_SLOTS, so a slot
@@ -537,13 +537,6 @@ def newest_slots(job_ids: Sequence[int]) -> tuple[datetime, dict[int, datetime]]
         cursor.execute(_NEWEST_SLOTS, [list(job_ids)])
         rows = cursor.fetchall()
     return rows[0][2], {job_id: slot for job_id, slot, _ in rows if slot is not None}
-
-
-def database_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        now: datetime = cursor.fetchone()[0]
-    return now
 
 
 def expire_scheduled() -> list[int]:

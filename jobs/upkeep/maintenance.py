@@ -34,6 +34,8 @@ from jobs.beat import changelog
 from jobs.dispatch import publish_many
 from jobs.guard import lease, run_records
 from jobs.models import Job
+from jobs.upkeep.recovery import recover_lost_runs
+from jobs.upkeep.retention import prune_if_due
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +73,10 @@ def run_pass(
         report = PassReport(
             expired=len(expired),
             republished=republished,
-            lost=_recover_lost_runs(),
+            lost=len(recover_lost_runs()),
             changes_pruned=changelog.prune(),
         )
-        _prune_history()
+        prune_if_due()
     finally:
         lease.release(held)
     return report
@@ -93,27 +95,6 @@ def _republish(stranded: list[run_records.NewRun], producer: Any) -> int:
         extra={"action": "republished", "run_ids": [run.run_id for run in stranded][:100]},
     )
     return sent
-
-
-def _recover_lost_runs() -> int | None:
-    try:
-        from jobs.upkeep.recovery import recover_lost_runs
-    except ModuleNotFoundError as exc:
-        if exc.name != "jobs.upkeep.recovery":
-            raise
-        log.info("jobs.upkeep.recovery is not installed: lost runs are not recorded by maintenance")
-        return None
-    return len(recover_lost_runs())
-
-
-def _prune_history() -> None:
-    try:
-        from jobs.upkeep.retention import prune_if_due
-    except ModuleNotFoundError as exc:
-        if exc.name != "jobs.upkeep.retention":
-            raise
-        return
-    prune_if_due()
 
 
 def holder_name() -> str:

@@ -16,8 +16,8 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth.decorators import permission_required
 from django.db import connection
-from django.db.models import Count, DurationField, ExpressionWrapper, F
-from django.db.models.functions import Now, TruncMinute
+from django.db.models import Count
+from django.db.models.functions import TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -27,7 +27,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import with_liveness
-from jobs.models import BeatHeartbeat, Job, JobKind, JobRun, Lease, Node, RunStatus
+from jobs.database_clock import age_of
+from jobs.models import LIVE_LEASE, BeatHeartbeat, Job, JobKind, JobRun, Lease, Node, RunStatus
 
 WINDOWS_HOURS = (1, 3, 6, 12, 24)
 DEFAULT_HOURS = 3
@@ -208,10 +209,6 @@ def problems(since: datetime) -> tuple[dict[str, int], list[JobRun]]:
     return {status: counts.get(status, 0) for status in PROBLEM_STATUSES}, latest
 
 
-def _age(field: str) -> ExpressionWrapper:
-    return ExpressionWrapper(Now() - F(field), output_field=DurationField())
-
-
 def node_rows() -> list[dict[str, Any]]:
     running = dict(
         JobRun.objects.filter(status=RunStatus.RUNNING)
@@ -219,7 +216,7 @@ def node_rows() -> list[dict[str, Any]]:
         .annotate(n=Count("id"))
         .order_by()
     )
-    nodes = with_liveness(Node.objects.all()).annotate(age=_age("last_heartbeat"))
+    nodes = with_liveness(Node.objects.all()).annotate(age=age_of("last_heartbeat"))
     return [
         {
             "node": node,
@@ -234,7 +231,7 @@ def node_rows() -> list[dict[str, Any]]:
 def beat_rows() -> list[dict[str, Any]]:
     stale = timedelta(seconds=get_ops_conf().beat_stale_after)
     rows = []
-    for beat in BeatHeartbeat.objects.annotate(age=_age("last_seen")).filter(
+    for beat in BeatHeartbeat.objects.annotate(age=age_of("last_seen")).filter(
         age__lt=timedelta(hours=1)
     ):
         mean = beat.tick_seconds / beat.ticks * 1000 if beat.ticks else None
@@ -251,9 +248,7 @@ def continuous_rows() -> list[dict[str, Any]]:
         running.setdefault(run.job_id, run)
     leases = {
         lease.key: lease
-        for lease in Lease.objects.filter(
-            key__in=[job.lock_key for job in jobs], expires_at__gt=Now()
-        )
+        for lease in Lease.objects.filter(LIVE_LEASE, key__in=[job.lock_key for job in jobs])
     }
     return [
         {"job": job, "run": running.get(job.pk), "lease": leases.get(job.lock_key)} for job in jobs

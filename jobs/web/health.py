@@ -1,4 +1,4 @@
-"""Health: the probes (``/livez``, ``/readyz``, ``/healthz``) and the beat heartbeat they read.
+"""Health: the probes (``/livez``, ``/readyz``, ``/healthz``).
 
 - ``/livez``: the web process answers. No I/O, so a slow database never restarts the web.
 - ``/readyz``: this web process can serve: the database and the broker answer.
@@ -9,18 +9,14 @@
 ``"failing"``, and the code); the checks' details only a client ``jobs.web.access`` lets see the
 internals.
 
-Beats have no table of their own in Celery, so each records a heartbeat row (``BeatHeartbeat``)
-at most every ``JOBS_BEAT_HEARTBEAT_INTERVAL`` from its tick (``timed_beat_tick``), with the tick
-count and time spent ticking for ``/metrics``. Ages are judged by the database clock.
+Beats are judged by the heartbeat rows they write (``jobs.beat.heartbeat``); ages by the database
+clock.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -29,13 +25,11 @@ from typing import Any, TypeVar
 
 from celery import current_app
 from django.db import DatabaseError, connection
-from django.db.models import DurationField, ExpressionWrapper, F
-from django.db.models.functions import Now
 from django.http import HttpRequest, JsonResponse
-from django.utils import timezone
 
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.database_clock import age_of
 from jobs.models import BeatHeartbeat, Node, ScheduleError
 from jobs.web import access
 
@@ -46,99 +40,6 @@ BROKER_TIMEOUT_SECONDS = 2
 LISTED = 20
 
 T = TypeVar("T")
-
-
-# --- the beat heartbeat ------------------------------------------------------------------------
-
-_UPSERT_HEARTBEAT = """
-INSERT INTO jobs_beatheartbeat
-       (name, host, pid, started_at, last_seen, ticks, tick_seconds, max_tick_seconds)
-VALUES (%(name)s, %(host)s, %(pid)s, %(started_at)s, now(), %(ticks)s, %(tick_seconds)s, %(max)s)
-ON CONFLICT (name) DO UPDATE
-   SET last_seen = now(), ticks = EXCLUDED.ticks, tick_seconds = EXCLUDED.tick_seconds,
-       max_tick_seconds = EXCLUDED.max_tick_seconds
-"""
-
-
-class BeatHeartbeatRecorder:
-    """This beat process's tick totals, written to its ``BeatHeartbeat`` row now and then.
-
-    The row is named ``host:pid`` and owned by this process alone, so it writes absolute
-    totals: a lost write loses nothing but freshness.
-    """
-
-    def __init__(self, interval: float) -> None:
-        self.host = socket.gethostname()
-        self.pid = os.getpid()
-        self.name = f"{self.host}:{self.pid}"
-        self.started_at = timezone.now()
-        self.interval = interval
-        self.ticks = 0
-        self.tick_seconds = 0.0
-        self.max_tick_seconds = 0.0
-        self._last_write: float | None = None
-
-    def tick(self, seconds: float) -> None:
-        """Count one tick of ``seconds``; write the row when the last write is old enough."""
-        self.ticks += 1
-        self.tick_seconds += seconds
-        self.max_tick_seconds = max(self.max_tick_seconds, seconds)
-        now = time.monotonic()
-        if self._last_write is not None and now - self._last_write < self.interval:
-            return
-        self._last_write = now  # also after a failure: retry in one interval, not every tick
-        try:
-            self.write()
-        except DatabaseError as exc:
-            # Beat's own tick already reports database trouble; this only must not stop it.
-            log.warning(
-                "beat heartbeat not recorded: %s",
-                exc,
-                extra={"action": "beat_heartbeat_error", "beat": self.name},
-            )
-            connection.close()
-
-    def write(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _UPSERT_HEARTBEAT,
-                {
-                    "name": self.name,
-                    "host": self.host,
-                    "pid": self.pid,
-                    "started_at": self.started_at,
-                    "ticks": self.ticks,
-                    "tick_seconds": self.tick_seconds,
-                    "max": self.max_tick_seconds,
-                },
-            )
-
-
-_recorder: BeatHeartbeatRecorder | None = None
-_recorder_lock = threading.Lock()
-
-
-def beat_recorder() -> BeatHeartbeatRecorder:
-    """This process's recorder (a new one after a fork: the row is per process)."""
-    global _recorder
-    with _recorder_lock:
-        if _recorder is None or _recorder.pid != os.getpid():
-            _recorder = BeatHeartbeatRecorder(get_ops_conf().beat_heartbeat_interval)
-        return _recorder
-
-
-def timed_beat_tick(tick: Callable[..., T]) -> Callable[..., T]:
-    """Decorates ``ClusterScheduler.tick``: times each tick and records the beat's heartbeat."""
-
-    @wraps(tick)
-    def timed(*args: Any, **kwargs: Any) -> T:
-        started = time.perf_counter()
-        try:
-            return tick(*args, **kwargs)
-        finally:
-            beat_recorder().tick(time.perf_counter() - started)
-
-    return timed
 
 
 # --- checks ------------------------------------------------------------------------------------
@@ -176,10 +77,6 @@ def check_broker() -> Check:
         return {"ok": True, "transport": conn.transport.driver_type}
 
 
-def _age(field: str) -> ExpressionWrapper:
-    return ExpressionWrapper(Now() - F(field), output_field=DurationField())
-
-
 def _seconds(age: timedelta) -> float:
     return round(age.total_seconds(), 3)
 
@@ -187,7 +84,7 @@ def _seconds(age: timedelta) -> float:
 def check_beats() -> Check:
     stale = get_ops_conf().beat_stale_after
     beats = (
-        BeatHeartbeat.objects.annotate(age=_age("last_seen"))
+        BeatHeartbeat.objects.annotate(age=age_of("last_seen"))
         .filter(age__lt=timedelta(seconds=stale))
         .order_by("age")
     )
@@ -204,7 +101,7 @@ def check_nodes() -> Check:
     nodes = (
         with_liveness(Node.objects.all())
         .filter(liveness=Liveness.ALIVE)
-        .annotate(age=_age("last_heartbeat"))
+        .annotate(age=age_of("last_heartbeat"))
         .order_by("age")
     )
     live = [

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from django.db import DatabaseError
-from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Q
-from django.db.models.functions import Now
+from django.db.models import BooleanField, Count, ExpressionWrapper
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -34,7 +33,9 @@ from prometheus_client.registry import Collector
 
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.database_clock import age_of
 from jobs.models import (
+    LIVE_LEASE,
     TERMINAL_STATUSES,
     BeatHeartbeat,
     Job,
@@ -52,10 +53,6 @@ log = logging.getLogger(__name__)
 FOLD_BUDGET_SECONDS = 1.0
 # Beats that stopped heartbeating this long ago drop out of the per-beat series.
 BEAT_SERIES_HORIZON = timedelta(hours=1)
-
-
-def _age(field: str) -> ExpressionWrapper:
-    return ExpressionWrapper(Now() - F(field), output_field=DurationField())
 
 
 def _buckets(histogram: rollups.Histogram) -> list[tuple[str, float]]:
@@ -148,7 +145,7 @@ class JobsCollector(Collector):
         held = GaugeMetricFamily(
             "jobs_lease_held", "1 while the key's lease is live (database clock).", labels=["key"]
         )
-        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
+        live = ExpressionWrapper(LIVE_LEASE, output_field=BooleanField())
         for key, token, is_live in Lease.objects.annotate(live=live).values_list(
             "key", "token", "live"
         ):
@@ -164,7 +161,7 @@ class JobsCollector(Collector):
         )
         live = 0
         nodes = with_liveness(Node.objects.exclude(state=NodeState.STOPPED)).annotate(
-            age=_age("last_heartbeat")
+            age=age_of("last_heartbeat")
         )
         for node in nodes:
             age.add_metric([node.name], node.age.total_seconds())
@@ -190,7 +187,7 @@ class JobsCollector(Collector):
             labels=["beat"],
         )
         live = 0
-        beats = BeatHeartbeat.objects.annotate(age=_age("last_seen")).filter(
+        beats = BeatHeartbeat.objects.annotate(age=age_of("last_seen")).filter(
             age__lt=BEAT_SERIES_HORIZON
         )
         for beat in beats:

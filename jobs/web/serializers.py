@@ -14,9 +14,6 @@ from jobs.registry import POLICY_FIELDS
 from jobs.schedule import slots
 from jobs.schedule.kinds import describe
 
-# Model field order, so every edge lists policies the same way.
-POLICIES = POLICY_FIELDS
-
 
 def schedule_words(job: Job) -> str:
     """The schedule in words; a beat entry that cannot be read says so instead of failing."""
@@ -55,7 +52,20 @@ def flower_task_url(run: JobRun) -> str | None:
 
 
 def job_record(job: Job, now: datetime) -> dict[str, Any]:
-    """A job for the API. Expects ``periodic_task`` and its schedules selected with it."""
+    """A job for the API: its fields, plus what the API adds. Expects ``JOB_DISPLAY_RELATED``
+    selected with it."""
+    record = job_fields(job)
+    record.update(
+        next_slot=next_slot(job, now),
+        managed_by_code=job.managed_by_code,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+    )
+    return record
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    """A job's fields as every edge shows them (the CLI's --json keys: the model's names)."""
     record: dict[str, Any] = {
         "name": job.name,
         "task": job.task,
@@ -63,39 +73,47 @@ def job_record(job: Job, now: datetime) -> dict[str, Any]:
         "enabled": job.enabled,
         "schedule": schedule_words(job),
         "schedule_error": schedule_error(job),
-        "next_slot": next_slot(job, now),
-        "args": job.args,
-        "kwargs": job.kwargs,
     }
-    record.update((name, getattr(job, name)) for name in POLICIES)
-    record.update(
-        managed_by_code=job.managed_by_code, created_at=job.created_at, updated_at=job.updated_at
-    )
+    record.update((name, getattr(job, name)) for name in POLICY_FIELDS)
+    record.update(args=job.args, kwargs=job.kwargs)
+    return record
+
+
+# A run's fields as every edge shows them (the CLI's --json keys: the model's names).
+RUN_FIELDS = (
+    "id",
+    "job",
+    "scheduled_for",
+    "status",
+    "trigger",
+    "attempt",
+    "fencing_token",
+    "node",
+    "pid",
+    "started_at",
+    "finished_at",
+    "error",
+)
+
+
+def run_fields(run: JobRun) -> dict[str, Any]:
+    """Expects ``job`` selected with the run."""
+    record = {field: getattr(run, field) for field in RUN_FIELDS}
+    record["job"] = run.job.name
     return record
 
 
 def run_record(run: JobRun, *, with_traceback: bool = False) -> dict[str, Any]:
-    """A run for the API. Expects ``job`` selected with it."""
-    record: dict[str, Any] = {
-        "id": run.pk,
-        "job": run.job.name,
-        "scheduled_for": run.scheduled_for,
-        "status": run.status,
-        "trigger": run.trigger,
-        "attempt": run.attempt,
-        "fencing_token": run.fencing_token,
-        "node": run.node,
-        "pid": run.pid,
-        "task_id": run.task_id,
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "lag_seconds": run.lag,
-        "duration_seconds": run.duration,
-        "error": run.error,
-        "idempotency_key": run.idempotency_key or None,
-        "retry_of": run.retry_of_id,
-    }
+    """A run for the API: its fields, plus what the API adds. Expects ``job`` selected."""
+    record = run_fields(run)
+    record.update(
+        task_id=run.task_id,
+        created_at=run.created_at,
+        lag_seconds=run.lag,
+        duration_seconds=run.duration,
+        idempotency_key=run.idempotency_key or None,
+        retry_of=run.retry_of_id,
+    )
     if with_traceback:
         record["traceback"] = run.traceback
     return record

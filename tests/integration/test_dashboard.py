@@ -16,10 +16,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from jobs.beat import heartbeat
 from jobs.conf import get_ops_conf
 from jobs.guard import lease
 from jobs.models import Job, JobRun, Node, NodeState, RunStatus
-from jobs.web import dashboard, health
+from jobs.web import dashboard
 
 pytestmark = pytest.mark.django_db
 
@@ -134,7 +135,7 @@ def test_nodes_beats_and_continuous_jobs(
     Node.objects.create(
         name="w3@h", host="h", pid=3, started_at=now, last_heartbeat=now, state=NodeState.STOPPED
     )
-    recorder = health.BeatHeartbeatRecorder(interval=0)
+    recorder = heartbeat.BeatHeartbeatRecorder(interval=0)
     recorder.tick(0.002)
     poller = make_job("poller", schedule=None)
     JobRun.objects.create(

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.scheduler import system_clock
-from jobs.guard import run_records
+from jobs.database_clock import database_now
 
 pytestmark = pytest.mark.django_db
 
@@ -22,9 +22,9 @@ CLOSE = timedelta(milliseconds=50)
 
 def _error(clock: Callable[[], datetime]) -> timedelta:
     """How far ``clock`` reads from the database's clock (bracketed by two reads of it)."""
-    before = run_records.database_now()
+    before = database_now()
     read = clock()
-    after = run_records.database_now()
+    after = database_now()
     return max(before - read, read - after, timedelta(0))
 
 
@@ -48,7 +48,7 @@ def test_between_refreshes_the_machine_clock_advances_it() -> None:
     reads: list[datetime] = []
 
     def database() -> datetime:
-        reads.append(run_records.database_now())
+        reads.append(database_now())
         return reads[-1]
 
     clock = DatabaseClock(system_clock(-120.0), read_database=database, refresh_seconds=3600)

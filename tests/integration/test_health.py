@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from jobs.audit import Actor
+from jobs.beat import heartbeat
 from jobs.conf import get_ops_conf
 from jobs.models import BeatHeartbeat, Node, NodeState
 from jobs.web import health, tokens
@@ -27,8 +28,8 @@ def _node(name: str, age: timedelta = timedelta(0), state: NodeState = NodeState
     )
 
 
-def _beat() -> health.BeatHeartbeatRecorder:
-    recorder = health.BeatHeartbeatRecorder(interval=5.0)
+def _beat() -> heartbeat.BeatHeartbeatRecorder:
+    recorder = heartbeat.BeatHeartbeatRecorder(interval=5.0)
     recorder.tick(0.01)  # the first tick writes at once
     return recorder
 
@@ -235,7 +236,7 @@ def test_the_status_is_answered_when_credentials_cannot_be_checked(
 
 
 def test_the_recorder_writes_at_most_once_per_interval() -> None:
-    recorder = health.BeatHeartbeatRecorder(interval=3600)
+    recorder = heartbeat.BeatHeartbeatRecorder(interval=3600)
     recorder.tick(0.5)
     recorder.tick(0.25)
     recorder.tick(1.0)
@@ -250,21 +251,21 @@ def test_the_recorder_writes_at_most_once_per_interval() -> None:
 
 
 def test_timed_beat_tick_records_even_when_the_tick_raises() -> None:
-    @health.timed_beat_tick
+    @heartbeat.timed_beat_tick
     def tick() -> float:
         raise RuntimeError("tick failed")
 
     with pytest.raises(RuntimeError):
         tick()
 
-    recorder = health.beat_recorder()
+    recorder = heartbeat.beat_recorder()
     assert BeatHeartbeat.objects.get(name=recorder.name).ticks >= 1
 
 
 def test_a_failed_heartbeat_write_does_not_stop_the_beat(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    recorder = health.BeatHeartbeatRecorder(interval=5.0)
+    recorder = heartbeat.BeatHeartbeatRecorder(interval=5.0)
 
     def refuse() -> None:
         raise DatabaseError("database is down")

@@ -16,11 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from jobs.audit import Actor
+from jobs.beat import heartbeat
 from jobs.conf import get_ops_conf
 from jobs.guard import lease
 from jobs.models import Job, JobRun, Node, RunRollup, RunStatus
 from jobs.upkeep import retention, rollups
-from jobs.web import health, tokens
+from jobs.web import tokens
 
 pytestmark = pytest.mark.django_db
 
@@ -150,7 +151,7 @@ def test_leases_nodes_and_beats(
     Node.objects.create(
         name="w2@h", host="h", pid=2, started_at=now, last_heartbeat=now - timedelta(hours=1)
     )
-    recorder = health.BeatHeartbeatRecorder(interval=0)
+    recorder = heartbeat.BeatHeartbeatRecorder(interval=0)
     recorder.tick(0.5)
     recorder.tick(0.25)
 

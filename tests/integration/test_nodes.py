@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 from jobs.conf import JobsConf
 from jobs.continuous import nodes
 from jobs.continuous.nodes import Liveness, NodeHeartbeat, NodeInfo
+from jobs.database_clock import database_now
 from jobs.models import Node
 from tests.acceptance.conftest import wait_for
 
@@ -71,10 +72,10 @@ def test_three_missed_heartbeats_make_a_node_dead_and_one_more_makes_it_alive() 
     assert _liveness() == Liveness.ALIVE
     _last_beat_ago(3.5)
     assert _liveness() == Liveness.DEAD
-    assert nodes.state_of(Node.objects.get(), nodes.database_now()) == Liveness.DEAD
+    assert nodes.state_of(Node.objects.get(), database_now()) == Liveness.DEAD
     assert nodes.heartbeat(INFO.name, INFO.pid, INFO.queues)
     assert _liveness() == Liveness.ALIVE
-    assert nodes.state_of(Node.objects.get(), nodes.database_now()) == Liveness.ALIVE
+    assert nodes.state_of(Node.objects.get(), database_now()) == Liveness.ALIVE
 
 
 def test_each_node_is_judged_by_its_own_interval() -> None:
@@ -91,7 +92,7 @@ def test_a_clean_shutdown_marks_the_node_stopped_at_once() -> None:
     assert nodes.mark_stopped(INFO.name, INFO.pid)
     node = Node.objects.get()
     assert _liveness() == Liveness.STOPPED and node.stopped_at is not None
-    assert nodes.state_of(node, nodes.database_now()) == Liveness.STOPPED
+    assert nodes.state_of(node, database_now()) == Liveness.STOPPED
     assert not nodes.heartbeat(INFO.name, INFO.pid, INFO.queues)
 
 

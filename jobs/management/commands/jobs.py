@@ -18,8 +18,7 @@ from django.core.management.base import (
     CommandParser,
     DjangoHelpFormatter,
 )
-from django.db.models import BooleanField, ExpressionWrapper, Q
-from django.db.models.functions import Now
+from django.db.models import BooleanField, ExpressionWrapper
 
 from jobs import cli, registry, services
 from jobs.audit import Actor
@@ -27,6 +26,7 @@ from jobs.continuous.nodes import with_liveness
 from jobs.exceptions import JobNotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
+    LIVE_LEASE,
     CatchUp,
     Job,
     JobRun,
@@ -36,6 +36,7 @@ from jobs.models import (
     Overlap,
     RunStatus,
 )
+from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import At, Cron, Schedule, describe
 from jobs.web import serializers
 from jobs.web.serializers import schedule_words
@@ -133,7 +134,7 @@ class Command(BaseCommand):
             "List what a job may run: @job functions (with their declared schedule) and the "
             "project's Celery tasks.",
         )
-        # issue 6: history retention (jobs.upkeep.retention)
+        # History retention (jobs.upkeep.retention).
         prune = verbs.add_parser(
             "prune", verb="prune", help="Delete finished runs older than JOBS_RETENTION_<STATUS>."
         )
@@ -175,7 +176,7 @@ class Command(BaseCommand):
         )
         add.add_argument("--paused", action="store_true", help="Add it paused.")
         for model_field in Job._meta.fields:
-            if model_field.name not in cli.POLICIES:
+            if model_field.name not in POLICY_FIELDS:
                 continue
             default = model_field.get_default() if model_field.has_default() else None
             suffix = "" if default is None else f" (default: {default})"
@@ -228,7 +229,7 @@ class Command(BaseCommand):
             args=[] if options["job_args"] is None else options["job_args"],
             kwargs={} if options["job_kwargs"] is None else options["job_kwargs"],
             enabled=not options["paused"],
-            policies={f: options[f] for f in cli.POLICIES if options[f] is not None},
+            policies={f: options[f] for f in POLICY_FIELDS if options[f] is not None},
         )
         try:
             job = services.create_job(definition, actor=Actor.cli())
@@ -335,7 +336,7 @@ class Command(BaseCommand):
 
     def _verb_leases(self, options: dict[str, Any]) -> None:
         # Validity by the database clock, as the lease itself is judged (never this node's).
-        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
+        live = ExpressionWrapper(LIVE_LEASE, output_field=BooleanField())
         leases = list(Lease.objects.annotate(live=live))
         if options["json"]:
             self._json([cli.lease_record(lease) for lease in leases])
