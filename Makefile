@@ -3,6 +3,9 @@
 # PostgreSQL/Redis when DATABASE_URL / CELERY_BROKER_URL are unset; `make test` also a private
 # RabbitMQ node when none answers on 5672 (devtools/rabbitmq.py).
 
+# No "Entering directory" lines either when make runs under another make (a script, the tests).
+MAKEFLAGS += --no-print-directory
+
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

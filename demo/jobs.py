@@ -18,8 +18,8 @@ def quick(ctx: JobContext) -> dict[str, object]:
     return {"slot": ctx.scheduled_for.isoformat(), "token": ctx.fencing_token}
 
 
-@job("demo.slow", every="15s", lease_ttl=15)
-def slow(ctx: JobContext, seconds: float = 25.0) -> str:
+@job("demo.slow", every="20s", lease_ttl=15)
+def slow(ctx: JobContext, seconds: float = 30.0) -> str:
     """Works longer than its interval, checking ctx.stopping so it can hand over cleanly: the
     slot after each run's start finds the lease held and is recorded ``skipped`` (overlap skip)."""
     deadline = time.monotonic() + seconds

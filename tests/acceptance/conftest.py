@@ -261,10 +261,10 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
 FLOWER_AUTH = "tester:not-a-real-secret-5678"
 
 
-def flower_json(port: int, path: str) -> Any:
+def flower_json(port: int, path: str, auth: str = FLOWER_AUTH) -> Any:
     """The JSON Flower answers at ``path``, or ``None`` while it is not answering."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
-    request.add_header("Authorization", "Basic " + base64.b64encode(FLOWER_AUTH.encode()).decode())
+    request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
     try:
         with urllib.request.urlopen(request, timeout=2) as response:
             return json.loads(response.read())
