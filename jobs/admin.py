@@ -112,16 +112,44 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class RecentRunsFormSet(BaseInlineFormSet):
-    def get_queryset(self) -> QuerySet[JobRun]:
-        # Only the newest runs: a job's history may hold millions of rows. Cached, because
-        # every slice of an unevaluated queryset would be its own query.
+class RecentFormSet(BaseInlineFormSet):
+    """Only the newest ``limit`` rows: a job's history may hold millions. Cached, because every
+    slice of an unevaluated queryset would be its own query."""
+
+    limit = 10
+
+    def get_queryset(self) -> QuerySet[Any]:
         if not hasattr(self, "_recent"):
-            self._recent = super().get_queryset()[:RECENT_RUNS]
+            self._recent = super().get_queryset()[: self.limit]
         return self._recent
 
 
-class RecentRunsInline(admin.TabularInline):
+class RecentRunsFormSet(RecentFormSet):
+    limit = RECENT_RUNS
+
+
+class RecentAuditFormSet(RecentFormSet):
+    limit = RECENT_AUDIT_ENTRIES
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """History shown on a job's page: nothing to add, change or delete there."""
+
+    show_change_link = True
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class RecentRunsInline(ReadOnlyInline):
     model = JobRun
     formset = RecentRunsFormSet
     verbose_name_plural = f"recent runs (last {RECENT_RUNS})"
@@ -134,18 +162,6 @@ class RecentRunsInline(admin.TabularInline):
         "started_at",
         "error",
     )
-    show_change_link = True
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="status")
     def status_badge(self, run: JobRun) -> SafeString | str:
@@ -156,14 +172,7 @@ def _actor(request: HttpRequest) -> Actor:
     return Actor.user(request.user, AuditSource.ADMIN)
 
 
-class RecentAuditFormSet(BaseInlineFormSet):
-    def get_queryset(self) -> QuerySet[AuditEntry]:
-        if not hasattr(self, "_recent"):
-            self._recent = super().get_queryset()[:RECENT_AUDIT_ENTRIES]
-        return self._recent
-
-
-class RecentAuditInline(admin.TabularInline):
+class RecentAuditInline(ReadOnlyInline):
     """The job's latest audit entries on its page; the link under the runs leads to all."""
 
     model = AuditEntry
@@ -171,18 +180,6 @@ class RecentAuditInline(admin.TabularInline):
     formset = RecentAuditFormSet
     verbose_name_plural = f"audit trail (last {RECENT_AUDIT_ENTRIES})"
     fields = readonly_fields = ("at", "actor", "source", "action", "changes")
-    show_change_link = True
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="before → after")
     def changes(self, entry: AuditEntry) -> str:

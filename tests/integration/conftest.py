@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import Client
 
 import tests.jobs_under_test
@@ -60,3 +62,16 @@ def insider(db: None) -> Client:
     so the probes answer it their details."""
     secret = tokens.create("insider", actor=Actor.code("tests"))[1]
     return Client(headers={"authorization": f"Bearer {secret}"})
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """The suite's Redis broker, the test module's ``QUEUE`` emptied before and after."""
+    if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
+        pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
+    queue = request.module.QUEUE
+    client = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
+    client.delete(queue)
+    yield client
+    client.delete(queue)
+    client.close()

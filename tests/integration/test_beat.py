@@ -7,7 +7,7 @@ beat's now and are therefore owed nothing, like an edit made a moment before a b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -46,17 +46,6 @@ class VirtualClock:
 def clock() -> VirtualClock:
     start = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=1)
     return VirtualClock(start)
-
-
-@pytest.fixture
-def broker() -> Iterator[redis.Redis]:
-    if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
-        pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
-    client = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
-    client.delete(QUEUE)
-    yield client
-    client.delete(QUEUE)
-    client.close()
 
 
 def _beat(clock: Callable[[], datetime]) -> ClusterScheduler:

@@ -7,12 +7,11 @@ job's slots, and schedules the job again once it is fixed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
 import redis
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -27,17 +26,6 @@ from project.celery import app
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "tests-beat-isolation"
-
-
-@pytest.fixture
-def broker() -> Iterator[redis.Redis]:
-    if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
-        pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
-    client = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
-    client.delete(QUEUE)
-    yield client
-    client.delete(QUEUE)
-    client.close()
 
 
 @pytest.fixture

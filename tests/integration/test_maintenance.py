@@ -4,12 +4,11 @@ recorded missed, one pass at a time."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 import redis
-from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
@@ -21,17 +20,6 @@ from jobs.upkeep import maintenance
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "tests-maintenance"
-
-
-@pytest.fixture
-def broker() -> Iterator[redis.Redis]:
-    if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
-        pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
-    client = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
-    client.delete(QUEUE)
-    yield client
-    client.delete(QUEUE)
-    client.close()
 
 
 def _run(job: Job, *, age: float, dispatched: float | None, trigger: str = "scheduled") -> JobRun:
