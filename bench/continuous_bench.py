@@ -85,7 +85,7 @@ class Bench:
         env = dict(os.environ)
         env.update(
             DATABASE_URL=database_url,
-            JOBS_MODULES="tests.jobs_continuous",
+            JOBS_MODULES="tests.support.jobs_continuous",
             JOBS_NODE_HEARTBEAT=str(args.heartbeat),
             DJANGO_DEBUG="1",
             DJANGO_SETTINGS_MODULE="project.settings",
@@ -218,7 +218,7 @@ class Bench:
         return victim, [d for d in delays() if d is not None]
 
     def _restarted_after(self, job: str, at: float, old_pid: int) -> float | None:
-        from tests.jobs_continuous import read_events
+        from tests.support.jobs_continuous import read_events
 
         for event in read_events(self.log):
             if (event.kind, event.job) == ("start", job) and event.at > at and event.pid != old_pid:
@@ -226,7 +226,7 @@ class Bench:
         return None
 
     def check_single_holders(self) -> None:
-        from tests.jobs_continuous import overlapping_tenures, read_events
+        from tests.support.jobs_continuous import overlapping_tenures, read_events
 
         # A killed node's tenures have no end line: they ended when it was killed.
         events = read_events(self.log)
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         DATABASE_URL=bench_url,
         DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
         DJANGO_SETTINGS_MODULE="project.settings",
-        JOBS_MODULES="tests.jobs_continuous",
+        JOBS_MODULES="tests.support.jobs_continuous",
     )
     import django
 

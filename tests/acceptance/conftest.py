@@ -150,15 +150,15 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
 
 @pytest.fixture
 def cluster(transactional_db: None, tmp_path: Path) -> Iterator[Cluster]:
-    import tests.jobs_under_test
-    import tests.plain_tasks  # noqa: F401  (plain Celery tasks, scheduled as they are)
+    import tests.support.jobs_under_test
+    import tests.support.plain_tasks  # noqa: F401  (plain Celery tasks, scheduled as they are)
 
     logs = tmp_path / "logs"
     logs.mkdir()
     env = dict(os.environ)
     env.update(
         DATABASE_URL=live_database_url(),
-        JOBS_MODULES="tests.jobs_under_test,tests.plain_tasks",
+        JOBS_MODULES="tests.support.jobs_under_test,tests.support.plain_tasks",
         JOBS_BEAT_MAX_INTERVAL="0.2",
         DJANGO_DEBUG="1",
         DJANGO_SETTINGS_MODULE="project.settings",

@@ -41,7 +41,7 @@ from tests.acceptance.test_continuous import (
     _node,
     _use_continuous_jobs,
 )
-from tests.jobs_continuous import Sampler
+from tests.support.jobs_continuous import Sampler
 
 pytestmark = pytest.mark.acceptance
 

@@ -2,7 +2,7 @@
 
 Workers heartbeat every second, so a continuous job's lease lasts 3 s and a node that misses
 3 heartbeats is dead. Ownership is sampled every 100 ms from the lease table and, independently,
-from the log the job functions write (tests/jobs_continuous.py): no sample may show one job
+from the log the job functions write (tests/support/jobs_continuous.py): no sample may show one job
 executing twice, and no fenced write may come from an older token after a newer one.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.db.models.functions import Now
 
-import tests.jobs_continuous  # noqa: F401  (the functions the workers will run)
+import tests.support.jobs_continuous  # noqa: F401  (the functions the workers will run)
 from jobs import services
 from jobs.audit import Actor
 from jobs.continuous.nodes import Liveness, with_liveness
@@ -25,7 +25,7 @@ from jobs.continuous.supervisor import SUPERVISION_PERIOD, node_of
 from jobs.models import JobRun, Lease, Node, RunStatus
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Cluster, wait_for
-from tests.jobs_continuous import (
+from tests.support.jobs_continuous import (
     FENCED,
     Event,
     Holders,
@@ -47,7 +47,7 @@ STARTUP = 90  # worker processes boot slowly on a busy machine
 
 def _use_continuous_jobs(cluster: Cluster, tmp_path: Path) -> Path:
     cluster.env.update(
-        JOBS_MODULES="tests.jobs_under_test,tests.jobs_continuous",
+        JOBS_MODULES="tests.support.jobs_under_test,tests.support.jobs_continuous",
         JOBS_NODE_HEARTBEAT=str(HEARTBEAT),
     )
     return tmp_path / "continuous.log"

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.acceptance.conftest import Cluster, PrivatePostgres, wait_for
-from tests.jobs_continuous import (
+from tests.support.jobs_continuous import (
     Holders,
     Sampler,
     fenced_token_regressions,
@@ -66,7 +66,7 @@ def test_holders_stop_before_their_leases_lapse_and_every_job_runs_again_once(
     log = tmp_path / "continuous.log"
     cluster.env.update(
         DATABASE_URL=url,
-        JOBS_MODULES="tests.jobs_continuous",
+        JOBS_MODULES="tests.support.jobs_continuous",
         JOBS_NODE_HEARTBEAT=str(HEARTBEAT),
     )
     migrated = cluster.manage("migrate", "--noinput", "-v", "0")

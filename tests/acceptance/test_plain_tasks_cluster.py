@@ -23,8 +23,8 @@ pytestmark = pytest.mark.acceptance
 
 START_TIMEOUT = 90
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
-APPEND = "tests.plain_tasks.append"
-BOUND = "tests.plain_tasks.bound"
+APPEND = "tests.support.plain_tasks.append"
+BOUND = "tests.support.plain_tasks.bound"
 TESTS = Actor.code("tests")
 
 

@@ -10,8 +10,8 @@ import redis
 from django.conf import settings
 from django.test import Client
 
-import tests.jobs_under_test
-import tests.plain_tasks  # noqa: F401  (registers plain Celery tasks)
+import tests.support.jobs_under_test
+import tests.support.plain_tasks  # noqa: F401  (registers plain Celery tasks)
 from jobs import dispatch
 from jobs.audit import Actor
 from jobs.models import Job

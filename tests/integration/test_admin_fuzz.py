@@ -20,7 +20,7 @@ from jobs.schedule.kinds import Every
 
 pytestmark = pytest.mark.django_db
 
-TASK = "tests.record"  # registered by tests/jobs_under_test.py; takes log and seconds
+TASK = "tests.record"  # registered by tests/support/jobs_under_test.py; takes log and seconds
 
 # A valid job to start each example from: every example then spoils one to three fields of
 # one kind with values that broke an edge once or sit on a limit, or with random text.

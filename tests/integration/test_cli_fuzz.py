@@ -21,7 +21,7 @@ from jobs.schedule.kinds import Every
 
 pytestmark = pytest.mark.django_db
 
-TASK = "tests.record"  # registered by tests/jobs_under_test.py; takes log and seconds
+TASK = "tests.record"  # registered by tests/support/jobs_under_test.py; takes log and seconds
 
 SCHEDULES = {
     "--every": ["10s", "-5s", "0", "1.5s", "99999999999w", "9" * 5000, "soon"],

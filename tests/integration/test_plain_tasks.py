@@ -30,11 +30,11 @@ from jobs.services import JobDefinition, create_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-APPEND = "tests.plain_tasks.append"
-BOUND = "tests.plain_tasks.bound"
-WITH_CTX = "tests.plain_tasks.with_ctx"
-FENCED = "tests.plain_tasks.fenced_write"
-BOOM = "tests.plain_tasks.boom"
+APPEND = "tests.support.plain_tasks.append"
+BOUND = "tests.support.plain_tasks.bound"
+WITH_CTX = "tests.support.plain_tasks.with_ctx"
+FENCED = "tests.support.plain_tasks.fenced_write"
+BOOM = "tests.support.plain_tasks.boom"
 HOURLY = Every(3600)
 TESTS = Actor.code("tests")
 

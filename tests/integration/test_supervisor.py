@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
-import tests.jobs_continuous  # noqa: F401  (registers the functions)
+import tests.support.jobs_continuous  # noqa: F401  (registers the functions)
 from jobs import services
 from jobs.audit import Actor
 from jobs.continuous import nodes, tenures
@@ -26,7 +26,7 @@ from jobs.guard import lease
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import wait_for
-from tests.jobs_continuous import fenced_token_regressions, read_events
+from tests.support.jobs_continuous import fenced_token_regressions, read_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,0 +1,1 @@
+"""Checks of the deployment files (docker/), without running them."""
