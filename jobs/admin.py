@@ -49,9 +49,11 @@ from jobs.forms import JobForm
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
+    AlertDelivery,
     ApiToken,
     AuditEntry,
     AuditSource,
+    Incident,
     Job,
     JobRun,
     Lease,
@@ -596,3 +598,53 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 def _json_block(value: Any) -> SafeString:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)
+
+
+# --- alerts ---------------------------------------------------------------------------------
+
+
+class DeliveryInline(admin.TabularInline):
+    model = AlertDelivery
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = (
+        "event",
+        "channel",
+        "state",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+        "last_error",
+    )
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Incident)
+class IncidentAdmin(ReadOnlyAdmin):
+    """Incidents are opened and resolved by the cluster (``jobs.alerts``)."""
+
+    list_display = ["id", "job", "kind", "reason", "opened_at", "resolved_at", "bad_runs"]
+    list_filter = ["kind", "reason", ("resolved_at", admin.EmptyFieldListFilter)]
+    search_fields = ["job__name", "summary"]
+    list_select_related = ["job"]
+    inlines = [DeliveryInline]
+
+
+@admin.register(AlertDelivery)
+class AlertDeliveryAdmin(ReadOnlyAdmin):
+    """The outbox: each notification, its attempts and last error."""
+
+    list_display = [
+        "id",
+        "incident",
+        "event",
+        "channel",
+        "state",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+    ]
+    list_filter = ["state", "channel", "event"]
+    list_select_related = ["incident__job"]

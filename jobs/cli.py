@@ -196,6 +196,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+@argument_type
+def reasons(text: str) -> list[str]:
+    """``"failed,lost"`` as a list of alert reasons; ``""`` or ``all``: every reason."""
+    if text.strip().lower() == "all":
+        return []
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 # --- records (the --json output) ------------------------------------------------------------
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cache
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.validators import validate_email
 
 
 @dataclass(frozen=True)
@@ -110,4 +112,63 @@ def get_ops_conf() -> OpsConf:
             {status: _retention(status, text) for status, text in settings.JOBS_RETENTION.items()}
         ),
         retention_interval=float(settings.JOBS_RETENTION_INTERVAL),
+    )
+
+
+# --- alerts ---------------------------------------------------------------------------------
+
+# Shorter secrets can be guessed from one signed body; 32 characters of a random string are not.
+MIN_WEBHOOK_SECRET_LENGTH = 32
+
+
+@dataclass(frozen=True)
+class AlertsConf:
+    webhook_url: str
+    # Never shown: not in the repr, not in a log line, not in an error message.
+    webhook_secret: str = field(repr=False)
+    emails: tuple[str, ...]
+    public_url: str
+
+    def __post_init__(self) -> None:
+        if self.webhook_url:
+            _http_url("JOBS_ALERT_WEBHOOK_URL", self.webhook_url)
+            if len(self.webhook_secret) < MIN_WEBHOOK_SECRET_LENGTH:
+                raise ImproperlyConfigured(
+                    "JOBS_ALERT_WEBHOOK_SECRET must be set to a random string of at least "
+                    f"{MIN_WEBHOOK_SECRET_LENGTH} characters when JOBS_ALERT_WEBHOOK_URL is: "
+                    "every notification is signed with it."
+                )
+        for address in self.emails:
+            try:
+                validate_email(address)
+            except ValidationError:
+                raise ImproperlyConfigured(
+                    f"JOBS_ALERT_EMAILS: {address!r} is not an e-mail address."
+                ) from None
+        if self.public_url:
+            _http_url("JOBS_PUBLIC_URL", self.public_url)
+
+    @property
+    def channels(self) -> frozenset[str]:
+        """The channels configured: the others' notifications are dropped."""
+        return frozenset(
+            name
+            for name, configured in (("webhook", self.webhook_url), ("email", self.emails))
+            if configured
+        )
+
+
+def _http_url(name: str, value: str) -> None:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(f"{name}={value!r} must be an http:// or https:// URL.")
+
+
+@cache
+def get_alerts_conf() -> AlertsConf:
+    return AlertsConf(
+        webhook_url=str(settings.JOBS_ALERT_WEBHOOK_URL),
+        webhook_secret=str(settings.JOBS_ALERT_WEBHOOK_SECRET),
+        emails=tuple(settings.JOBS_ALERT_EMAILS),
+        public_url=str(settings.JOBS_PUBLIC_URL).rstrip("/"),
     )

@@ -37,6 +37,15 @@ class OnLost(models.TextChoices):
     RETRY = "retry", "retry: re-run once with a new token (at least once)"
 
 
+class AlertChannels(models.TextChoices):
+    """Where a job's incidents are notified."""
+
+    DEFAULT = "default", "default: every channel the cluster configures"
+    WEBHOOK = "webhook", "webhook only"
+    EMAIL = "email", "e-mail only"
+    NONE = "none", "none: never alert"
+
+
 class RunStatus(models.TextChoices):
     SCHEDULED = "scheduled"
     RUNNING = "running"
@@ -75,6 +84,20 @@ NO_SLASH_IN_NAME = RegexValidator(
     "A job name cannot contain '/': it is part of the API's URLs (/api/jobs/<name>).",
     code="slash_in_name",
 )
+
+
+# The reasons a job may be alerted for (the cluster's own, no_beat and no_node, are not a job's).
+JOB_ALERT_REASONS = ("failed", "missed", "lost", "stuck", "overdue")
+
+
+def validate_alert_reasons(value: object) -> None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValidationError('A list of reasons, e.g. ["failed", "lost"].')
+    unknown = sorted(set(value) - set(JOB_ALERT_REASONS))
+    if unknown:
+        raise ValidationError(
+            f"Unknown reason(s) {', '.join(unknown)}: choose from {', '.join(JOB_ALERT_REASONS)}."
+        )
 
 
 class Job(models.Model):
@@ -166,6 +189,24 @@ class Job(models.Model):
         blank=True,
         validators=[MaxValueValidator(9)],
         help_text="Celery message priority, 0-9.",
+    )
+    # Alerts: read by the database functions that open incidents (migration 0013).
+    alert_channels = models.CharField(
+        max_length=16,
+        default=AlertChannels.DEFAULT,
+        choices=AlertChannels.choices,
+        help_text="Where this job's incidents are notified.",
+    )
+    alert_reasons = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_alert_reasons],
+        help_text="The reasons alerted for (failed, missed, lost, stuck, overdue); empty: all.",
+    )
+    alerts_muted_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="No notification for incidents opened before then (they still show).",
     )
     managed_by_code = models.BooleanField(
         default=False,
@@ -554,3 +595,135 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.job_name or self.target} by {self.actor}"
+
+
+# --- alerts: incidents and the outbox of their notifications --------------------------------
+
+
+class IncidentKind(models.TextChoices):
+    FAILING = "failing", "failing: runs ending failed, missed or lost"
+    STUCK = "stuck", "stuck: a run running past its time limit or typical duration"
+    OVERDUE = "overdue", "overdue: no successful run within its expected window"
+    NO_BEAT = "no_beat", "no live beat"
+    NO_NODE = "no_node", "no live node"
+
+
+class AlertReason(models.TextChoices):
+    """What opened an incident; a job may choose the reasons it is alerted for."""
+
+    FAILED = "failed"
+    MISSED = "missed"
+    LOST = "lost"
+    STUCK = "stuck"
+    OVERDUE = "overdue"
+    NO_BEAT = "no_beat"
+    NO_NODE = "no_node"
+
+
+class Incident(models.Model):
+    """A period during which a job (or, with no job, the cluster) is unhealthy.
+
+    Opened and resolved only by the PL/pgSQL functions of migration ``0013_alerts``
+    (``jobs_open_incident``, ``jobs_resolve_incidents``), called by a trigger on run outcomes and
+    by the checks of ``jobs.alerts.detect``; the partial unique constraint lets one incident per
+    (job, kind) be open, so however many processes see a failure, it is one incident.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="incidents"
+    )
+    kind = models.CharField(max_length=16, choices=IncidentKind.choices)
+    reason = models.CharField(
+        max_length=16, choices=AlertReason.choices, help_text="What opened it."
+    )
+    summary = models.TextField(blank=True, db_default="", help_text="Why, in words.")
+    opened_at = models.DateTimeField(db_default=Now(), help_text="Database clock.")
+    resolved_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    # Run ids, not foreign keys: retention may delete the runs, the incident stays.
+    first_run_id = models.BigIntegerField(null=True, blank=True)
+    last_run_id = models.BigIntegerField(null=True, blank=True)
+    resolved_by_run_id = models.BigIntegerField(null=True, blank=True)
+    bad_runs = models.PositiveIntegerField(db_default=1, help_text="Bad runs it covers.")
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            # One open incident per job and kind (cluster-wide: job NULL, counted as one value).
+            models.UniqueConstraint(
+                fields=["job", "kind"],
+                condition=Q(resolved_at__isnull=True),
+                nulls_distinct=False,
+                name="one_open_incident_per_job_kind",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of {self.job_id or 'the cluster'} since {self.opened_at}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None
+
+
+class AlertEvent(models.TextChoices):
+    OPENED = "opened"
+    RESOLVED = "resolved"
+
+
+class Channel(models.TextChoices):
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed", "failed: gave up"
+    DROPPED = "dropped", "dropped: channel not configured"
+
+
+class AlertDelivery(models.Model):
+    """The outbox: one notification of one incident event to one channel.
+
+    Written in the transaction that opens or resolves the incident, so a notification exists
+    exactly when the incident's change was committed; ``jobs.alerts.sender`` delivers it (at
+    least once) and keeps its attempts and last error here.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=16, choices=AlertEvent.choices)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    state = models.CharField(
+        max_length=16, choices=DeliveryState.choices, db_default=DeliveryState.PENDING
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    next_attempt_at = models.DateTimeField(db_default=Now())
+    attempts = models.PositiveIntegerField(db_default=0)
+    last_error = models.TextField(blank=True, db_default="")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "alert deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["incident", "event", "channel"], name="one_delivery_per_event_channel"
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(state="pending"),
+                name="alertdelivery_due",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} #{self.incident_id} → {self.channel} ({self.state})"
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same for every attempt (and every channel) of one incident event."""
+        return f"incident-{self.incident_id}-{self.event}"

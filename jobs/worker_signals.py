@@ -3,7 +3,8 @@ continuous jobs. Connected to Celery's worker signals from ``JobsConfig.ready()`
 the worker's main process only (never in pool processes, beats or web processes), except
 ``worker_process_init``, which ``jobs.guard.shutdown_notice`` uses in each pool process.
 
-- ``worker_ready``: register the node, start the heartbeat and supervisor threads;
+- ``worker_ready``: register the node, start the heartbeat and supervisor threads, and the
+  alert sender (which also looks for a cluster without a live beat, ``jobs.alerts.detect``);
 - ``worker_shutting_down`` (the SIGTERM/SIGINT/SIGQUIT handler): ask the supervisor to stop.
   It only sets events, so the handoff starts at once while Celery waits for running tasks;
 - ``worker_shutdown`` and interpreter exit: wait (bounded) for the continuous jobs to hand back
@@ -24,7 +25,9 @@ from typing import Any
 import celery
 from celery import signals
 
-from jobs.conf import get_conf
+from jobs.alerts.detect import ClusterWatch
+from jobs.alerts.sender import AlertSender
+from jobs.conf import get_conf, get_ops_conf
 from jobs.continuous.nodes import NodeHeartbeat, NodeInfo
 from jobs.continuous.supervisor import SHUTDOWN_GRACE, Supervisor
 from jobs.guard import hard_limit, shutdown_notice
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 _JOIN_SLACK = 5.0
 
 _running: list[Supervisor] = []
+_senders: list[AlertSender] = []
 
 
 def connect_worker_signals() -> None:
@@ -94,9 +98,12 @@ def _on_worker_ready(sender: Any = None, **_kwargs: Any) -> None:
         heartbeat=interval,
         on_shutdown=heartbeat.stop,
     )
+    sender = AlertSender(checks=ClusterWatch(every=get_ops_conf().beat_heartbeat_interval))
     heartbeat.start()
     supervisor.start()
+    sender.start()
     _running.append(supervisor)
+    _senders.append(sender)
     pid = os.getpid()
     # Cold shutdowns send no worker_shutdown; forked pool processes leave through os._exit.
     atexit.register(lambda: _wait_for_handoff() if os.getpid() == pid else None)
@@ -108,6 +115,8 @@ def _on_shutting_down(**_kwargs: Any) -> None:
 
 
 def _on_shutdown(**_kwargs: Any) -> None:
+    while _senders:
+        _senders.pop().stop()
     _wait_for_handoff()
 
 

@@ -221,6 +221,23 @@ if JOBS_LOG_FORMAT == "json":
     # Celery would replace the root handler with its own plain format in workers and beats.
     CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --- Alerts: where incidents are notified (validated in jobs.conf) ------------------------
+# A URL that receives each incident's opening and resolution as signed JSON, the shared secret
+# its HMAC-SHA256 signature is made with, and the addresses e-mailed.
+JOBS_ALERT_WEBHOOK_URL = env.str("JOBS_ALERT_WEBHOOK_URL", "") or ""
+JOBS_ALERT_WEBHOOK_SECRET = env.str("JOBS_ALERT_WEBHOOK_SECRET", "") or ""
+JOBS_ALERT_EMAILS = env.list("JOBS_ALERT_EMAILS")
+# This deployment's address as operators reach it, for the admin links of alerts.
+JOBS_PUBLIC_URL = env.str("JOBS_PUBLIC_URL", "") or ""
+# E-mail goes through Django's backend: SMTP on EMAIL_HOST:EMAIL_PORT unless told otherwise.
+EMAIL_HOST = env.str("EMAIL_HOST", "localhost") or "localhost"
+EMAIL_PORT = env.int("EMAIL_PORT", default=25, minimum=1)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10, minimum=1)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "jobs@localhost") or "jobs@localhost"
+
 LOG_LEVEL = env.str("DJANGO_LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,

@@ -42,6 +42,7 @@ from django_celery_beat.models import (
     PeriodicTask,
 )
 
+from jobs.alerts.sender import AlertSender
 from jobs.beat import changelog, entries, schedule_errors
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
@@ -149,6 +150,9 @@ class ClusterScheduler(Scheduler):
         self._maintenance = (
             MaintenanceLoop(conf.maintenance_interval, conf.republish_after) if maintain else None
         )
+        # Alerts go out from their own thread (and lease): a slow receiver delays no tick and
+        # no maintenance pass.
+        self._alerts = AlertSender() if maintain else None
         super().__init__(*args, **kwargs)
         # The longest sleep is JOBS_BEAT_MAX_INTERVAL whatever Celery passed (--max-interval):
         # set after Celery's __init__, so the banner's "maxinterval" tells the truth.
@@ -168,6 +172,8 @@ class ClusterScheduler(Scheduler):
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if self._maintenance is not None and not self._maintenance.started:
             self._maintenance.start(self.app)
+        if self._alerts is not None and not self._alerts.started:
+            self._alerts.start()
         try:
             return self.tick_at(self._clock())
         except DatabaseError:
@@ -186,6 +192,8 @@ class ClusterScheduler(Scheduler):
     def close(self) -> None:
         if self._maintenance is not None:
             self._maintenance.stop()
+        if self._alerts is not None:
+            self._alerts.stop()
         super().close()
 
     @property

@@ -8,7 +8,10 @@ A pass, in order:
    sent (the beat died between its insert and its publish). The claim turns any extra delivery
    into a recorded no-op, so re-publishing can never run a slot twice;
 3. records ``lost`` the runs whose worker died (``jobs.upkeep.recovery``);
-4. prunes the schedule change log, and run history when due (``jobs.upkeep.retention``).
+4. prunes the schedule change log, and run history when due (``jobs.upkeep.retention``);
+5. opens the incidents no run outcome reveals (``jobs.alerts.detect``): stuck runs, the cluster
+   without a live node, and (every minute) jobs overdue. A failure here is logged and does not
+   stop the pass; alerts themselves are sent by their own thread (``jobs.alerts.sender``).
 
 Where it runs: inside every beat, on a background thread, every ``JOBS_MAINTENANCE_INTERVAL``
 seconds — there is no extra process to deploy, and it keeps running while any beat does. The
@@ -23,6 +26,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +34,9 @@ from typing import Any
 from celery import current_app
 from django.db import DatabaseError, connection
 
+from jobs.alerts import detect
 from jobs.beat import changelog
+from jobs.database_clock import database_now
 from jobs.dispatch import publish_many
 from jobs.guard import lease, run_records
 from jobs.models import Job
@@ -40,6 +46,8 @@ from jobs.upkeep.retention import prune_if_due
 log = logging.getLogger(__name__)
 
 LEASE_KEY = "maintenance"
+# How often the dead-man's switch looks at every periodic job (seconds).
+OVERDUE_CHECK_EVERY = 60.0
 # Stranded runs re-published per pass; the rest wait for the next pass.
 REPUBLISH_BATCH = 10_000
 
@@ -77,6 +85,7 @@ def run_pass(
             changes_pruned=changelog.prune(),
         )
         prune_if_due()
+        _detect_incidents()
     finally:
         lease.release(held)
     return report
@@ -95,6 +104,23 @@ def _republish(stranded: list[run_records.NewRun], producer: Any) -> int:
         extra={"action": "republished", "run_ids": [run.run_id for run in stranded][:100]},
     )
     return sent
+
+
+_next_overdue_check = 0.0
+
+
+def _detect_incidents() -> None:
+    global _next_overdue_check
+    try:
+        detect.check_stuck_runs()
+        detect.check_cluster()
+        if time.monotonic() >= _next_overdue_check:
+            _next_overdue_check = time.monotonic() + OVERDUE_CHECK_EVERY
+            detect.check_overdue_jobs(database_now())
+    except DatabaseError:
+        raise
+    except Exception:
+        log.exception("incident detection failed", extra={"action": "incident_detection"})
 
 
 def holder_name() -> str:

@@ -67,6 +67,8 @@ def form_data(**overrides: str) -> dict[str, str]:
         "min_hold": "0",
         "queue": "default",
         "priority": "",
+        "alert_channels": "default",
+        "alert_reasons": "[]",
     }
     data.update(overrides)
     return data

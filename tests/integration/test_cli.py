@@ -46,6 +46,8 @@ JOB_KEYS = {
     "min_hold",
     "queue",
     "priority",
+    "alert_channels",
+    "alert_reasons",
     "args",
     "kwargs",
 }

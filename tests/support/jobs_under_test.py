@@ -127,3 +127,14 @@ def deaf(ctx: JobContext, seconds: float) -> str:
     """Ignores ctx.stopping: sleeps ``seconds`` whatever happens."""
     time.sleep(seconds)
     return "done"
+
+
+# --- issue 14: alerts -----------------------------------------------------------------------------
+
+
+@job("tests.fail_until")
+def fail_until(ctx: JobContext, healed: str) -> str:
+    """Raises until the file ``healed`` exists (a test makes the job succeed by creating it)."""
+    if not os.path.exists(healed):
+        raise RuntimeError(f"failing until {healed} exists")
+    return "healed"

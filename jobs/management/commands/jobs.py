@@ -27,6 +27,7 @@ from jobs.exceptions import JobNotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
+    AlertChannels,
     CatchUp,
     Job,
     JobRun,
@@ -81,6 +82,8 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "min_hold": {"type": cli.duration, "metavar": "DURATION"},
     "queue": {"metavar": "QUEUE"},
     "priority": {"type": int, "metavar": "0-9"},
+    "alert_channels": {"choices": AlertChannels.values},
+    "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
 }
 
 

@@ -1,0 +1,248 @@
+"""The incidents no single run outcome reveals, found by looking: stuck runs, jobs overdue (the
+dead-man's switch) and a cluster with no live beat or no live node.
+
+They open and resolve incidents through the same database functions as the run-outcome trigger
+(migration ``0013_alerts``), so each is one incident however many processes look at once.
+
+Who looks: maintenance (one beat at a time) checks stuck runs and overdue jobs; the cluster
+check runs in maintenance *and* in every worker node's alert sender, because "no live beat"
+cannot be seen by a beat when every beat is down. A process looks at the cluster only once it
+has been up for ``JOBS_BEAT_STALE_AFTER``, so a cluster starting up does not alert about the
+processes it has not started yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.db.models.functions import Now
+
+from jobs.beat.entries import schedule_of
+from jobs.conf import get_ops_conf
+from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.models import BeatHeartbeat, IncidentKind, Job, JobKind, Node
+from jobs.schedule.kinds import At
+from jobs.schedule.slots import latest_slot, period_after
+
+log = logging.getLogger(__name__)
+
+# Stuck: past the job's time limit (soft, else hard) by this grace, or, without a limit, past
+# STUCK_FACTOR x the p95 of its last STUCK_SAMPLES successful durations (at least
+# STUCK_MIN_SAMPLES of them), and never sooner than STUCK_FLOOR.
+STUCK_GRACE = 5.0
+STUCK_FACTOR = 3.0
+STUCK_SAMPLES = 20
+STUCK_MIN_SAMPLES = 5
+STUCK_FLOOR = 60.0
+# Overdue: no successful run within OVERDUE_PERIODS periods plus the start deadline.
+OVERDUE_PERIODS = 2
+
+
+def open_incident(
+    job_id: int | None, kind: str, reason: str, summary: str, run_id: int | None = None
+) -> int | None:
+    """Open the (job, kind) incident or append ``run_id`` to it; its id if this call opened it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT jobs_open_incident(%s, %s, %s, %s, %s)",
+            [job_id, kind, reason, summary, run_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def resolve_incidents(job_id: int | None, kinds: list[str], run_id: int | None = None) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM jobs_resolve_incidents(%s, %s, %s)", [job_id, kinds, run_id])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _opened(incident_id: int | None, message: str, **extra: object) -> None:
+    if incident_id is not None:
+        extra = {"action": "incident_opened", "incident_id": incident_id, **extra}
+        log.warning(message, extra=extra)
+
+
+# --- stuck runs -------------------------------------------------------------------------------
+
+# Runs old enough to be suspects: past their limit + grace, or past the floor.
+_RUNNING_LONG = """
+SELECT r.id, r.job_id, extract(epoch FROM now() - r.started_at)::float8,
+       coalesce(j.soft_time_limit, j.time_limit)
+  FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id
+ WHERE r.status = 'running' AND r.trigger <> 'continuous' AND r.started_at IS NOT NULL
+   AND r.started_at < now() - make_interval(
+         secs => least(coalesce(j.soft_time_limit, j.time_limit) + %(grace)s, %(floor)s))
+"""
+
+_TYPICAL = """
+SELECT count(*), percentile_cont(0.95) WITHIN GROUP (ORDER BY d)
+  FROM (SELECT extract(epoch FROM finished_at - started_at)::float8 AS d FROM jobs_jobrun
+         WHERE job_id = %(job_id)s AND status = 'succeeded' AND started_at IS NOT NULL
+           AND finished_at IS NOT NULL
+         ORDER BY scheduled_for DESC LIMIT %(samples)s) AS recent
+"""
+
+
+def stuck_limit(time_limit: int | None, samples: int, p95: float | None) -> float | None:
+    """How long a run may run before it counts as stuck; ``None``: no basis to say."""
+    if time_limit is not None:
+        return time_limit + STUCK_GRACE
+    if samples >= STUCK_MIN_SAMPLES and p95 is not None:
+        return max(STUCK_FLOOR, STUCK_FACTOR * p95)
+    return None
+
+
+def check_stuck_runs() -> list[int]:
+    """Open a ``stuck`` incident for each run running past its limit; the run ids found."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RUNNING_LONG, {"grace": STUCK_GRACE, "floor": STUCK_FLOOR})
+        suspects = cursor.fetchall()
+        typical: dict[int, tuple[int, float | None]] = {}
+        for _, job_id, _, limit in suspects:
+            if limit is None and job_id not in typical:
+                cursor.execute(_TYPICAL, {"job_id": job_id, "samples": STUCK_SAMPLES})
+                count, p95 = cursor.fetchone()
+                typical[job_id] = (int(count), p95)
+    stuck = []
+    for run_id, job_id, age, time_limit in suspects:
+        samples, p95 = typical.get(job_id, (0, None))
+        limit = stuck_limit(time_limit, samples, p95)
+        if limit is None or age <= limit:
+            continue
+        basis = (
+            f"its time limit of {time_limit} s"
+            if time_limit is not None
+            else f"{STUCK_FACTOR:g} x its typical duration (p95 {p95:.1f} s), "
+            f"at least {STUCK_FLOOR:g} s"
+        )
+        summary = f"run {run_id} has been running for {age:.0f} s, past {basis}"
+        stuck.append(run_id)
+        _opened(
+            open_incident(job_id, IncidentKind.STUCK, "stuck", summary, run_id),
+            summary,
+            job_id=job_id,
+            run_id=run_id,
+        )
+    return stuck
+
+
+# --- the dead-man's switch --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expectation:
+    job_id: int
+    since: datetime  # a successful run is expected after this instant
+    window: timedelta
+
+
+# Which of the jobs had a successful run for a slot since their instant (one index range scan
+# each).
+_SUCCEEDED_SINCE = """
+SELECT t.job_id FROM unnest(%s::bigint[], %s::timestamptz[]) AS t(job_id, since)
+ WHERE EXISTS (SELECT 1 FROM jobs_jobrun AS r
+                WHERE r.job_id = t.job_id AND r.scheduled_for >= t.since
+                  AND r.status = 'succeeded')
+"""
+
+
+def expected_window(schedule: object, start_deadline: int, now: datetime) -> timedelta | None:
+    """How long a job may go without a successful run: ``OVERDUE_PERIODS`` periods of its
+    schedule plus its start deadline; ``None`` for a one-off or a schedule with no next slot."""
+    if schedule is None or isinstance(schedule, At):
+        return None
+    slot = latest_slot(schedule, now)  # type: ignore[arg-type]
+    if slot is None:
+        return None
+    period = period_after(schedule, slot)  # type: ignore[arg-type]
+    if period is None:
+        return None
+    return OVERDUE_PERIODS * period + timedelta(seconds=start_deadline)
+
+
+def check_overdue_jobs(now: datetime) -> list[int]:
+    """Open an ``overdue`` incident for each enabled periodic job with no successful run
+    within its expected window (counted from its last edit or resume at the earliest); resolve
+    those of jobs paused since. ``now`` is the database clock. The ids of the jobs overdue."""
+    expectations = []
+    jobs = Job.objects.filter(kind=JobKind.PERIODIC, enabled=True).select_related(
+        "periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked"
+    )
+    for job in jobs.iterator(chunk_size=2000):
+        try:
+            window = expected_window(schedule_of(job.periodic_task), job.start_deadline, now)
+        except (ValueError, TypeError):
+            continue  # a schedule no beat can use: it shows its own error (schedule_errors)
+        if window is not None and job.updated_at < now - window:
+            expectations.append(Expectation(job.pk, now - window, window))
+    succeeded: set[int] = set()
+    if expectations:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _SUCCEEDED_SINCE,
+                [[e.job_id for e in expectations], [e.since for e in expectations]],
+            )
+            succeeded = {row[0] for row in cursor.fetchall()}
+    overdue = [e for e in expectations if e.job_id not in succeeded]
+    for e in overdue:
+        summary = f"no successful run for {_span(e.window)} (its expected window)"
+        _opened(
+            open_incident(e.job_id, IncidentKind.OVERDUE, "overdue", summary),
+            summary,
+            job_id=e.job_id,
+        )
+    paused = Job.objects.filter(
+        enabled=False, incidents__kind=IncidentKind.OVERDUE, incidents__resolved_at__isnull=True
+    ).values_list("pk", flat=True)
+    for job_id in paused:
+        resolve_incidents(job_id, [IncidentKind.OVERDUE])
+    return [e.job_id for e in overdue]
+
+
+def _span(window: timedelta) -> str:
+    seconds = window.total_seconds()
+    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 3600:.1f} h"
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+_STARTED = time.monotonic()
+
+
+def check_cluster() -> None:
+    """Open or resolve the cluster's ``no_beat`` and ``no_node`` incidents (not in a process
+    younger than ``JOBS_BEAT_STALE_AFTER``)."""
+    stale = get_ops_conf().beat_stale_after
+    if time.monotonic() - _STARTED < stale:
+        return
+    beats = BeatHeartbeat.objects.filter(last_seen__gt=Now() - timedelta(seconds=stale))
+    if beats.exists():
+        resolve_incidents(None, [IncidentKind.NO_BEAT])
+    else:
+        summary = f"no celery beat has reported for {stale:g} s: no slot is being fired"
+        _opened(open_incident(None, IncidentKind.NO_BEAT, "no_beat", summary), summary)
+    if with_liveness(Node.objects.all()).filter(liveness=Liveness.ALIVE).exists():
+        resolve_incidents(None, [IncidentKind.NO_NODE])
+    else:
+        summary = "no worker node is alive: no run can start"
+        _opened(open_incident(None, IncidentKind.NO_NODE, "no_node", summary), summary)
+
+
+class ClusterWatch:
+    """Calls :func:`check_cluster` at most every ``every`` seconds."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._next = 0.0
+
+    def __call__(self) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self.every
+        check_cluster()

@@ -1,0 +1,163 @@
+"""The alert sender: a daemon thread in every beat and every worker node that delivers the
+outbox. The ``alerts`` lease makes one of them send at a time across the cluster; its own
+thread and lease keep a slow receiver from delaying maintenance or runs.
+
+Workers run it too, so that "no live beat" (detected by the nodes, see ``jobs.alerts.detect``)
+is still delivered when every beat is down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DatabaseError, connection
+
+from jobs.alerts import outbox
+from jobs.alerts.channels import SENDERS, WEBHOOK_TIMEOUT, DeliveryFailed
+from jobs.alerts.notification import Notification, build
+from jobs.conf import get_alerts_conf
+from jobs.guard import lease
+from jobs.models import Incident, JobRun
+
+log = logging.getLogger(__name__)
+
+LEASE_KEY = "alerts"
+LEASE_TTL = 60.0
+BATCH = 20
+# A row taken is hidden this long: longer than a delivery may take (then it is retried).
+CLAIM_FOR = 3 * WEBHOOK_TIMEOUT
+# A drain gives the lease back after this long, so it is renewed well within its ttl.
+DRAIN_FOR = LEASE_TTL / 3
+
+_NOT_CONFIGURED = {
+    "webhook": "JOBS_ALERT_WEBHOOK_URL is not set",
+    "email": "JOBS_ALERT_EMAILS is not set",
+}
+
+
+def holder_name() -> str:
+    return f"alerts@{socket.gethostname()}:{os.getpid()}"
+
+
+def drain(holder: str) -> int | None:
+    """Deliver what is due while holding the ``alerts`` lease; how many rows were handled, or
+    ``None`` when another sender holds the lease."""
+    held = lease.acquire(LEASE_KEY, holder, LEASE_TTL)
+    if held is None:
+        return None
+    handled = 0
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < DRAIN_FOR and held.locally_valid:
+            due = outbox.take_due(BATCH, CLAIM_FOR)
+            if not due:
+                break
+            notifications = _notifications(due)
+            for row in due:
+                _deliver(row, notifications.get((row.incident_id, row.event)))
+                handled += 1
+    finally:
+        lease.release(held)
+    return handled
+
+
+def _notifications(due: list[outbox.Due]) -> dict[tuple[int, str], Notification]:
+    incidents = Incident.objects.select_related("job").in_bulk({row.incident_id for row in due})
+    run_ids = {
+        run_id
+        for incident in incidents.values()
+        for run_id in (incident.first_run_id, incident.last_run_id, incident.resolved_by_run_id)
+        if run_id is not None
+    }
+    runs = JobRun.objects.in_bulk(run_ids)
+    return {
+        (row.incident_id, row.event): build(incidents[row.incident_id], row.event, runs)
+        for row in due
+        if row.incident_id in incidents
+    }
+
+
+def _deliver(row: outbox.Due, notification: Notification | None) -> None:
+    conf = get_alerts_conf()
+    extra = {
+        "action": "alert_delivery",
+        "delivery_id": row.delivery_id,
+        "incident_id": row.incident_id,
+        "event": row.event,
+        "channel": row.channel,
+        "attempt": row.attempts,
+    }
+    if notification is None:  # its incident was deleted with its job meanwhile (cascade)
+        return
+    if row.channel not in conf.channels:
+        outbox.mark_dropped(row.delivery_id, _NOT_CONFIGURED.get(row.channel, "unknown channel"))
+        return
+    try:
+        SENDERS[row.channel](notification, conf)
+    except DeliveryFailed as exc:
+        state = outbox.retry_later(row.delivery_id, row.attempts, str(exc))
+        log.warning(
+            "alert %s of incident %d via %s failed (attempt %d%s): %s",
+            row.event,
+            row.incident_id,
+            row.channel,
+            row.attempts,
+            ", given up" if state == "failed" else "",
+            exc,
+            extra={**extra, "action": "alert_delivery_failed"},
+        )
+        return
+    outbox.mark_delivered(row.delivery_id)
+    log.info(
+        "alert %s of incident %d delivered via %s",
+        row.event,
+        row.incident_id,
+        row.channel,
+        extra={**extra, "action": "alert_delivered"},
+    )
+
+
+class AlertSender:
+    """A daemon thread that drains the outbox every ``interval`` seconds until stopped; a
+    failed drain is logged and the loop carries on. ``checks`` run before each look (the
+    cluster checks of a worker node)."""
+
+    def __init__(self, interval: float = 1.0, checks: Callable[[], Any] | None = None) -> None:
+        self.interval = interval
+        self._checks = checks
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="jobs-alerts", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
+    def _loop(self) -> None:
+        holder = holder_name()
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    if self._checks is not None:
+                        self._checks()
+                    if outbox.any_due():
+                        drain(holder)
+                except Exception as exc:
+                    log.exception("alert sender failed: %s", exc, extra={"action": "alerts"})
+                    if isinstance(exc, DatabaseError):
+                        connection.close()
+        finally:
+            connection.close()  # this thread's own connection

@@ -1,0 +1,287 @@
+"""Incidents and their outbox (issue 14), against real PostgreSQL: opened and resolved by the
+database in the transaction of the run's outcome, delivered by the sender once per event."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core import mail
+from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
+
+from jobs.alerts import outbox, sender
+from jobs.alerts.detect import open_incident, resolve_incidents
+from jobs.conf import get_alerts_conf
+from jobs.guard import lease
+from jobs.guard.runner import execute_run
+from jobs.models import AlertDelivery, Incident, Job, JobRun, RunStatus, Trigger
+from jobs.upkeep.recovery import recover_lost_runs
+from tests.webhook_receiver import Receiver
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "s" * 40
+
+
+@pytest.fixture
+def healing(tmp_path: Path) -> Path:
+    """The file that makes ``tests.fail_until`` succeed once it exists."""
+    return tmp_path / "healed"
+
+
+def _run(job: Job) -> None:
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    execute_run(run.pk, task_id=f"jobrun-{run.pk}", node="n1")
+
+
+def _events(job: Job) -> list[tuple[str, str]]:
+    return sorted(AlertDelivery.objects.filter(incident__job=job).values_list("event", "channel"))
+
+
+@pytest.fixture
+def alerts_to() -> Iterator[Callable[..., None]]:
+    """Point the alert settings somewhere for one test (they are read once, then cached)."""
+    overrides: list[override_settings] = []
+
+    def configure(url: str = "", emails: tuple[str, ...] = ()) -> None:
+        override = override_settings(
+            JOBS_ALERT_WEBHOOK_URL=url,
+            JOBS_ALERT_WEBHOOK_SECRET=SECRET,
+            JOBS_ALERT_EMAILS=list(emails),
+            JOBS_PUBLIC_URL="https://jobs.example.com",
+        )
+        override.enable()
+        overrides.append(override)
+        get_alerts_conf.cache_clear()
+
+    yield configure
+    for override in overrides:
+        override.disable()
+    get_alerts_conf.cache_clear()
+
+
+def test_consecutive_failures_are_one_incident_and_a_success_resolves_it(
+    make_job: Callable[..., Job], healing: Path
+) -> None:
+    job = make_job("flaky", task="tests.fail_until", kwargs={"healed": str(healing)})
+    for _ in range(3):
+        _run(job)
+    incident = Incident.objects.get(job=job)
+    assert (incident.kind, incident.reason, incident.bad_runs) == ("failing", "failed", 3)
+    assert incident.resolved_at is None and "failing until" in incident.summary
+    assert _events(job) == [("opened", "email"), ("opened", "webhook")]
+
+    healing.touch()
+    _run(job)
+    incident.refresh_from_db()
+    assert incident.resolved_at is not None
+    assert incident.resolved_by_run_id == JobRun.objects.get(job=job, status="succeeded").pk
+    assert _events(job) == [
+        ("opened", "email"),
+        ("opened", "webhook"),
+        ("resolved", "email"),
+        ("resolved", "webhook"),
+    ]
+    _run(job)  # healthy runs add nothing
+    assert Incident.objects.filter(job=job).count() == 1 and len(_events(job)) == 4
+
+
+def test_a_failure_with_a_retry_due_is_no_incident_until_the_retry_fails(
+    make_job: Callable[..., Job], published: list[object]
+) -> None:
+    job = make_job("retried", task="tests.fail", max_retries=1, retry_backoff=1)
+    _run(job)
+    assert not Incident.objects.filter(job=job).exists()
+    retry = JobRun.objects.get(job=job, trigger=Trigger.RETRY)
+    JobRun.objects.filter(pk=retry.pk).update(scheduled_for=timezone.now())
+    execute_run(retry.pk, task_id="t", node="n1")
+    incident = Incident.objects.get(job=job)
+    assert (incident.first_run_id, incident.bad_runs) == (retry.pk, 1)
+
+
+def test_a_lost_run_opens_a_lost_incident(make_job: Callable[..., Job]) -> None:
+    job = make_job("dies")
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    held = lease.acquire(job.lock_key, "dead-worker", 30)
+    assert held is not None
+    JobRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING, started_at=timezone.now(), fencing_token=held.token,
+        lease_key=job.lock_key,
+    )  # fmt: skip
+    lease.release(held)  # as its lapse would
+    assert recover_lost_runs() == [run.pk]
+    incident = Incident.objects.get(job=job)
+    assert (incident.reason, incident.last_run_id) == ("lost", run.pk)
+
+
+def test_missed_slots_recorded_together_join_one_incident(make_job: Callable[..., Job]) -> None:
+    job = make_job("behind")
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobs_jobrun (job_id, scheduled_for, status, error) "
+            "SELECT %s, %s - make_interval(secs => s), 'missed', 'no beat' "
+            "FROM generate_series(1, 5) AS s",
+            [job.pk, now],
+        )
+    incident = Incident.objects.get(job=job)
+    assert (incident.reason, incident.bad_runs) == ("missed", 5)
+
+
+def test_a_muted_job_opens_its_incident_without_notifying_and_resolves_quietly(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("quiet", task="tests.fail")
+    Job.objects.filter(pk=job.pk).update(alerts_muted_until=timezone.now() + timedelta(hours=1))
+    _run(job)
+    assert Incident.objects.get(job=job).resolved_at is None
+    assert _events(job) == []
+    # The mute ends while the incident is open: the next bad run notifies its opening.
+    Job.objects.filter(pk=job.pk).update(alerts_muted_until=timezone.now() - timedelta(seconds=1))
+    _run(job)
+    assert _events(job) == [("opened", "email"), ("opened", "webhook")]
+
+
+def test_a_job_chooses_its_channels_and_reasons(make_job: Callable[..., Job]) -> None:
+    webhook_only = make_job("hooked", task="tests.fail", alert_channels="webhook")
+    never = make_job("never", task="tests.fail", alert_channels="none")
+    lost_only = make_job("lost-only", task="tests.fail", alert_reasons=["lost"])
+    for job in (webhook_only, never, lost_only):
+        _run(job)
+    assert _events(webhook_only) == [("opened", "webhook")]
+    assert _events(never) == [] and _events(lost_only) == []
+    assert Incident.objects.filter(resolved_at__isnull=True).count() == 3
+
+
+def test_cluster_incidents_are_one_open_at_a_time(db: None) -> None:
+    first = open_incident(None, "no_beat", "no_beat", "no beat")
+    assert first is not None
+    assert open_incident(None, "no_beat", "no_beat", "no beat") is None
+    assert Incident.objects.filter(job=None, resolved_at=None).count() == 1
+    assert resolve_incidents(None, ["no_beat"]) == [first]
+    assert open_incident(None, "no_beat", "no_beat", "again") not in (None, first)
+    assert sorted(
+        AlertDelivery.objects.filter(incident_id=first).values_list("event", flat=True)
+    ) == ["opened", "opened", "resolved", "resolved"]
+
+
+# --- the sender -------------------------------------------------------------------------------
+
+
+def test_the_sender_delivers_each_notification_once_signed_with_its_key(
+    make_job: Callable[..., Job], alerts_to: Callable[..., None]
+) -> None:
+    job = make_job("flaky", task="tests.fail")
+    with Receiver() as receiver:
+        alerts_to(receiver.url, emails=("ops@example.com",))
+        _run(job)
+        _run(job)
+        assert sender.drain("test-sender") == 2
+        assert sender.drain("test-sender") == 0  # nothing twice
+    (request,) = receiver.received
+    incident = Incident.objects.get(job=job)
+    assert request.signature_verifies(SECRET)
+    assert request.headers["Idempotency-Key"] == f"incident-{incident.pk}-opened"
+    payload = request.payload
+    assert payload["event"] == "opened" and payload["job"]["name"] == "flaky"
+    assert payload["incident"]["reason"] == "failed" and payload["incident"]["bad_runs"] == 2
+    assert payload["job"]["url"] == f"https://jobs.example.com/admin/jobs/job/{job.pk}/change/"
+    assert payload["runs"]["last"]["status"] == "failed"
+    assert "flaky" in payload["text"] and "boom from tests.fail" in payload["text"]
+    (message,) = mail.outbox
+    assert message.to == ["ops@example.com"] and "flaky" in message.subject
+    assert message.extra_headers["Idempotency-Key"] == f"incident-{incident.pk}-opened"
+    assert set(AlertDelivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
+
+
+def test_a_failing_receiver_is_retried_with_backoff_and_the_row_keeps_the_error(
+    make_job: Callable[..., Job], alerts_to: Callable[..., None], healing: Path
+) -> None:
+    job = make_job(
+        "flaky", task="tests.fail_until", kwargs={"healed": str(healing)}, alert_channels="webhook"
+    )
+    with Receiver(fail_first=1) as receiver:
+        alerts_to(receiver.url)
+        _run(job)
+        assert sender.drain("test-sender") == 1
+        row = AlertDelivery.objects.get()
+        assert (row.state, row.attempts) == ("pending", 1)
+        assert row.last_error.startswith("HTTP 500") and row.next_attempt_at > timezone.now()
+        # Its resolution waits behind it: an incident's opening is delivered first.
+        healing.touch()
+        _run(job)
+        AlertDelivery.objects.update(next_attempt_at=timezone.now())
+        assert sender.drain("test-sender") == 2
+    events = [r.payload["event"] for r in receiver.received]
+    assert events == ["opened", "opened", "resolved"]
+    keys = {r.headers["Idempotency-Key"] for r in receiver.received}
+    assert len(keys) == 2
+    assert set(AlertDelivery.objects.values_list("state", "attempts", "last_error")) == {
+        ("delivered", 2, ""),
+        ("delivered", 1, ""),
+    }
+
+
+def test_a_channel_not_configured_is_dropped_saying_so(
+    make_job: Callable[..., Job], alerts_to: Callable[..., None]
+) -> None:
+    alerts_to()
+    _run(make_job("flaky", task="tests.fail"))
+    assert sender.drain("test-sender") == 2
+    assert set(AlertDelivery.objects.values_list("state", "last_error")) == {
+        ("dropped", "JOBS_ALERT_WEBHOOK_URL is not set"),
+        ("dropped", "JOBS_ALERT_EMAILS is not set"),
+    }
+
+
+def test_one_sender_at_a_time(make_job: Callable[..., Job], alerts_to: Callable[..., None]) -> None:
+    alerts_to()
+    _run(make_job("flaky", task="tests.fail"))
+    held = lease.acquire(sender.LEASE_KEY, "another-sender", 30)
+    assert held is not None
+    assert sender.drain("test-sender") is None
+    assert AlertDelivery.objects.filter(state="pending").count() == 2
+    lease.release(held)
+    assert sender.drain("test-sender") == 2
+
+
+def test_a_row_taken_by_a_sender_that_died_is_retried_after_its_claim(
+    make_job: Callable[..., Job], alerts_to: Callable[..., None]
+) -> None:
+    alerts_to()
+    _run(make_job("flaky", task="tests.fail", alert_channels="email"))
+    (taken,) = outbox.take_due(10, claim_for=60)
+    assert outbox.take_due(10, claim_for=60) == []  # hidden while its sender works on it
+    AlertDelivery.objects.update(next_attempt_at=timezone.now())  # the claim lapsed
+    (again,) = outbox.take_due(10, claim_for=60)
+    assert (again.delivery_id, again.attempts) == (taken.delivery_id, 2)
+
+
+def test_concurrent_failures_of_one_job_open_one_incident(make_job: Callable[..., Job]) -> None:
+    job = make_job("flaky", task="tests.fail", overlap="allow")
+    runs = [
+        JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+        for _ in range(6)
+    ]
+    barrier = threading.Barrier(len(runs))
+
+    def execute(run_id: int) -> None:
+        barrier.wait()
+        try:
+            execute_run(run_id, task_id="t", node="n1")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=execute, args=(run.pk,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    incident = Incident.objects.get(job=job)
+    assert incident.bad_runs == 6
+    assert _events(job) == [("opened", "email"), ("opened", "webhook")]

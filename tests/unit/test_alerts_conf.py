@@ -1,0 +1,60 @@
+"""The alert settings (issue 14): validated once at start, each error naming its variable, and
+the webhook secret never shown."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from jobs.alerts.notification import sign
+from jobs.conf import AlertsConf
+
+SECRET = "k" * 32
+
+
+def _conf(**values: object) -> AlertsConf:
+    fields: dict[str, object] = {
+        "webhook_url": "",
+        "webhook_secret": "",
+        "emails": (),
+        "public_url": "",
+        **values,
+    }
+    return AlertsConf(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"webhook_url": "ftp://x/hook", "webhook_secret": SECRET}, "JOBS_ALERT_WEBHOOK_URL"),
+        ({"webhook_url": "http:///hook", "webhook_secret": SECRET}, "JOBS_ALERT_WEBHOOK_URL"),
+        ({"webhook_url": "https://h/hook", "webhook_secret": "short"}, "JOBS_ALERT_WEBHOOK_SECRET"),
+        ({"webhook_url": "https://h/hook"}, "JOBS_ALERT_WEBHOOK_SECRET"),
+        ({"emails": ("ops@example.com", "not an address")}, "JOBS_ALERT_EMAILS"),
+        ({"public_url": "jobs.example.com"}, "JOBS_PUBLIC_URL"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_variable(values: dict[str, object], named: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=named):
+        _conf(**values)
+
+
+def test_the_secret_is_not_shown_in_errors_or_the_value() -> None:
+    secret = "the-secret-value"
+    with pytest.raises(ImproperlyConfigured) as refused:
+        _conf(webhook_url="https://h/hook", webhook_secret=secret)
+    assert secret not in str(refused.value)
+    conf = _conf(webhook_url="https://h/hook", webhook_secret=SECRET + "-distinct")
+    assert SECRET not in repr(conf)
+
+
+def test_the_channels_configured() -> None:
+    assert _conf().channels == frozenset()
+    both = _conf(webhook_url="https://h/hook", webhook_secret=SECRET, emails=("a@b.example",))
+    assert both.channels == {"webhook", "email"}
+
+
+def test_the_signature_is_the_hmac_sha256_of_the_body() -> None:
+    # The published test vector of RFC 4231 (test case 2).
+    expected = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    assert sign(b"what do ya want for nothing?", "Jefe") == f"sha256={expected}"
