@@ -1,0 +1,162 @@
+"""Issue 14 acceptance: alerts told once, on real ``celery beat`` / ``celery worker`` processes
+and a local webhook receiver (an HTTP server in a thread of this test, on a free port).
+
+Two beats and two workers each run an alert sender; the ``alerts`` lease lets one at a time
+send, and the database lets one incident per job and kind be open, so a job failing every second
+is one "opened" notification, and its first success one "resolved", whatever the number of
+processes; a receiver that answers 500 at first gets each notification once it answers 200
+(the same idempotency key on every try).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from jobs.audit import Actor
+from jobs.models import AlertDelivery, Incident, Job, JobRun, RunStatus
+from jobs.schedule.kinds import Every
+from jobs.services import JobDefinition, create_job, run_now
+from tests.acceptance.conftest import Cluster, wait_for
+from tests.webhook_receiver import Receiver
+
+pytestmark = pytest.mark.acceptance
+
+SECRET = "acceptance-secret-" + "x" * 32
+START_TIMEOUT = 90
+FAILING_FOR = 12  # seconds of a job failing every second
+
+
+def _alerting(cluster: Cluster, receiver: Receiver) -> None:
+    cluster.env.update(
+        JOBS_ALERT_WEBHOOK_URL=receiver.url,
+        JOBS_ALERT_WEBHOOK_SECRET=SECRET,
+        JOBS_MAINTENANCE_INTERVAL="0.5",
+    )
+
+
+def _start(cluster: Cluster, beats: int = 2, workers: int = 2) -> None:
+    for i in range(beats):
+        cluster.start_beat(f"beat{i}")
+    for i in range(workers):
+        cluster.start_worker(f"w{i}")
+
+    def started() -> bool:
+        return all(
+            "beat loaded" in cluster.log_of(f"beat{i}") for i in range(beats)
+        ) and all(" ready." in cluster.log_of(f"w{i}") for i in range(workers))
+
+    wait_for(started, timeout=START_TIMEOUT, what="beats loaded and workers ready", poll=0.5)
+
+
+def _of_job(receiver: Receiver, name: str) -> list[tuple[str, str]]:
+    """(event, idempotency key) of each notification about job ``name`` the receiver took."""
+    return [
+        (r.payload["event"], r.headers["Idempotency-Key"])
+        for r in receiver.accepted()
+        if (r.payload.get("job") or {}).get("name") == name
+    ]
+
+
+@pytest.mark.parametrize("fail_first", [0, 3], ids=["receiver-up", "receiver-500-at-first"])
+def test_a_failing_job_is_told_once_opened_and_once_resolved(
+    cluster: Cluster, tmp_path: Path, fail_first: int
+) -> None:
+    healed = tmp_path / "healed"
+    with Receiver(fail_first=fail_first) as receiver:
+        _alerting(cluster, receiver)
+        _start(cluster)  # then the job: no slot of it passed before a beat was up (no catch-up)
+        create_job(
+            JobDefinition(
+                name="nightly",
+                task="tests.fail_until",
+                schedule=Every(1),
+                kwargs={"healed": str(healed)},
+                policies={"queue": cluster.queue, "alert_channels": "webhook"},
+            ),
+            actor=Actor.code("tests"),
+        )
+        failed = JobRun.objects.filter(job__name="nightly", status=RunStatus.FAILED)
+        wait_for(lambda: failed.exists(), timeout=30, what="a first failed run")
+        first_failure = timezone.now()
+        wait_for(
+            lambda: (timezone.now() - first_failure).total_seconds() >= FAILING_FOR,
+            timeout=FAILING_FOR + 5,
+            what=f"{FAILING_FOR} s of failures",
+            poll=0.5,
+        )
+        healed.touch()
+        wait_for(
+            lambda: ("resolved" in {event for event, _ in _of_job(receiver, "nightly")}),
+            timeout=30,
+            what="the resolved notification",
+        )
+        # Every process had time to (wrongly) send anything twice: senders look every second.
+        wait_for(
+            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
+            timeout=10,
+            what="an empty outbox",
+        )
+        cluster.stop_all()
+    told = _of_job(receiver, "nightly")
+    assert Counter(event for event, _ in told) == {"opened": 1, "resolved": 1}
+    assert failed.count() >= FAILING_FOR - 2
+    incident = Incident.objects.get(job__name="nightly")
+    bad = JobRun.objects.filter(job__name="nightly", status__in=["failed", "missed", "lost"])
+    assert incident.bad_runs == bad.count(), Counter(bad.values_list("status", flat=True))
+    assert incident.resolved_at is not None
+    assert all(r.signature_verifies(SECRET) for r in receiver.received)
+    # Every try of a notification carries its key: the 500s were tries of the same two.
+    keys = Counter(r.headers["Idempotency-Key"] for r in receiver.received)
+    assert set(keys) == {key for _, key in told} and sum(keys.values()) == 2 + fail_first
+    opened = next(r.payload for r in receiver.accepted() if r.payload["event"] == "opened")
+    assert opened["incident"]["reason"] == "failed"
+    assert "nightly" in opened["text"] and opened["runs"]["first"]["status"] == "failed"
+    row = AlertDelivery.objects.get(incident=incident, event="opened")
+    assert (row.state, row.attempts) == ("delivered", 1 + fail_first)
+
+
+def test_a_run_killed_mid_run_is_one_lost_alert(cluster: Cluster, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    with Receiver() as receiver:
+        _alerting(cluster, receiver)
+        create_job(
+            JobDefinition(
+                name="long",
+                task="tests.hold",
+                schedule=Every(3600),
+                kwargs={"log": str(tmp_path / "log"), "hold": str(hold)},
+                policies={"queue": cluster.queue, "lease_ttl": 3, "alert_channels": "webhook"},
+            ),
+            actor=Actor.code("tests"),
+        )
+        _start(cluster)
+        run = run_now("long", actor=Actor.code("tests"))
+        running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
+        wait_for(running.exists, timeout=20, what="the run running")
+        pid = JobRun.objects.get(pk=run.pk).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the pool process running it, mid-run
+        wait_for(
+            lambda: "opened" in {event for event, _ in _of_job(receiver, "long")},
+            timeout=30,
+            what="the lost alert",
+        )
+        wait_for(
+            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
+            timeout=10,
+            what="an empty outbox",
+        )
+        cluster.stop_all()
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.LOST
+    told = _of_job(receiver, "long")
+    assert [event for event, _ in told] == ["opened"]
+    (opened,) = [r.payload for r in receiver.accepted() if r.payload.get("job")]
+    assert opened["incident"]["reason"] == "lost" and opened["runs"]["last"]["id"] == run.pk
+    assert Job.objects.get(name="long").incidents.get().resolved_at is None
