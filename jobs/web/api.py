@@ -37,7 +37,9 @@ from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.exceptions import JobNotFound, NotTriggerable, TokenRefused
 from jobs.models import (
+    JOB_ALERT_REASONS,
     JOB_DISPLAY_RELATED,
+    AlertChannels,
     AuditAction,
     AuditEntry,
     AuditSource,
@@ -397,6 +399,12 @@ def _queue(value: Any) -> str | None:
     return None
 
 
+def _reasons(value: Any) -> str | None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return f"must be a list of reasons among {', '.join(JOB_ALERT_REASONS)} (empty: all)"
+    return None
+
+
 # What PATCH /api/jobs/{name} accepts, each with its type check; ranges are the model's.
 PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "enabled": _boolean,
@@ -411,6 +419,8 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "lease_ttl": _whole(3),
     "queue": _queue,
     "priority": _whole(0, nullable=True),
+    "alert_channels": _one_of(AlertChannels.values),
+    "alert_reasons": _reasons,
 }
 
 

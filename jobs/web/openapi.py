@@ -10,6 +10,8 @@ from functools import cache
 from typing import Any
 
 from jobs.models import (
+    JOB_ALERT_REASONS,
+    AlertChannels,
     AuditAction,
     AuditSource,
     CatchUp,
@@ -116,6 +118,13 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "lease_ttl": {"type": "integer", "minimum": 3, "maximum": _INT32_MAX},
     "queue": {"type": "string", "minLength": 1, "maxLength": 100},
     "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9}),
+    "alert_channels": {"type": "string", "enum": AlertChannels.values},
+    "alert_reasons": {
+        "type": "array",
+        "items": {"type": "string", "enum": list(JOB_ALERT_REASONS)},
+        "uniqueItems": True,
+        "description": "The reasons this job's incidents are notified for; empty: all.",
+    },
 }
 
 _SCHEMAS: dict[str, Any] = {

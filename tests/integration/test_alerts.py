@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core import mail
 from django.db import connection
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from jobs.alerts import outbox, sender
@@ -285,3 +285,24 @@ def test_concurrent_failures_of_one_job_open_one_incident(make_job: Callable[...
     incident = Incident.objects.get(job=job)
     assert incident.bad_runs == 6
     assert _events(job) == [("opened", "email"), ("opened", "webhook")]
+
+
+def test_the_api_patches_a_jobs_alert_settings(
+    make_job: Callable[..., Job], insider: Client
+) -> None:
+    make_job("nightly")
+    answer = insider.patch(
+        "/api/jobs/nightly",
+        {"alert_channels": "email", "alert_reasons": ["failed", "lost"]},
+        content_type="application/json",
+    )
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["alert_channels"], answer.json()["alert_reasons"]) == (
+        "email",
+        ["failed", "lost"],
+    )
+    refused = insider.patch(
+        "/api/jobs/nightly", {"alert_reasons": ["late"]}, content_type="application/json"
+    )
+    assert refused.status_code == 400 and "alert_reasons" in refused.json()["fields"]
+    assert Job.objects.get(name="nightly").alert_reasons == ["failed", "lost"]
