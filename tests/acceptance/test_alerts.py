@@ -47,9 +47,9 @@ def _start(cluster: Cluster, beats: int = 2, workers: int = 2) -> None:
         cluster.start_worker(f"w{i}")
 
     def started() -> bool:
-        return all(
-            "beat loaded" in cluster.log_of(f"beat{i}") for i in range(beats)
-        ) and all(" ready." in cluster.log_of(f"w{i}") for i in range(workers))
+        return all("beat loaded" in cluster.log_of(f"beat{i}") for i in range(beats)) and all(
+            " ready." in cluster.log_of(f"w{i}") for i in range(workers)
+        )
 
     wait_for(started, timeout=START_TIMEOUT, what="beats loaded and workers ready", poll=0.5)
 
@@ -92,7 +92,7 @@ def test_a_failing_job_is_told_once_opened_and_once_resolved(
         )
         healed.touch()
         wait_for(
-            lambda: ("resolved" in {event for event, _ in _of_job(receiver, "nightly")}),
+            lambda: "resolved" in {event for event, _ in _of_job(receiver, "nightly")},
             timeout=30,
             what="the resolved notification",
         )
