@@ -23,7 +23,7 @@ from jobs.models import AlertDelivery, Incident, Job, JobRun, RunStatus
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job, run_now
 from tests.acceptance.conftest import Cluster, wait_for
-from tests.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
 

@@ -21,7 +21,7 @@ from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import AlertDelivery, Incident, Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
-from tests.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
