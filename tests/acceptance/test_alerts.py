@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from jobs.audit import Actor
-from jobs.models import AlertDelivery, Incident, Job, JobRun, RunStatus
+from jobs.models import AlertDelivery, BeatHeartbeat, Incident, Job, JobRun, RunStatus
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job, run_now
 from tests.acceptance.conftest import Cluster, wait_for
@@ -160,3 +162,93 @@ def test_a_run_killed_mid_run_is_one_lost_alert(cluster: Cluster, tmp_path: Path
     (opened,) = [r.payload for r in receiver.accepted() if r.payload.get("job")]
     assert opened["incident"]["reason"] == "lost" and opened["runs"]["last"]["id"] == run.pk
     assert Job.objects.get(name="long").incidents.get().resolved_at is None
+
+
+def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    with Receiver() as receiver:
+        _alerting(cluster, receiver)
+        create_job(
+            JobDefinition(
+                name="wedged",
+                task="tests.hold",
+                schedule=Every(3600),
+                kwargs={"log": str(tmp_path / "log"), "hold": str(hold)},
+                policies={
+                    "queue": cluster.queue,
+                    "soft_time_limit": 2,
+                    "lease_ttl": 120,  # it stays running (not lost) while stopped
+                    "alert_channels": "webhook",
+                },
+            ),
+            actor=Actor.code("tests"),
+        )
+        _start(cluster)
+        run = run_now("wedged", actor=Actor.code("tests"))
+        running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
+        wait_for(running.exists, timeout=20, what="the run running")
+        pid = JobRun.objects.get(pk=run.pk).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(
+                lambda: "opened" in {event for event, _ in _of_job(receiver, "wedged")},
+                timeout=30,
+                what="the stuck alert",
+            )
+            stuck = Incident.objects.get(job__name="wedged")
+            assert (stuck.kind, stuck.last_run_id) == ("stuck", run.pk)
+            assert JobRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        hold.unlink()  # it returns, past its soft limit: recorded failed, no longer stuck
+        wait_for(
+            lambda: Incident.objects.filter(pk=stuck.pk, resolved_at__isnull=False).exists(),
+            timeout=20,
+            what="the stuck incident resolved by the run's end",
+        )
+        wait_for(
+            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
+            timeout=10,
+            what="an empty outbox",
+        )
+        cluster.stop_all()
+    stuck_told = [
+        r.payload["event"] for r in receiver.accepted() if r.payload["incident"]["kind"] == "stuck"
+    ]
+    assert stuck_told == ["opened", "resolved"]
+
+
+def test_stopping_every_beat_is_one_cluster_alert(cluster: Cluster, tmp_path: Path) -> None:
+    with Receiver() as receiver:
+        _alerting(cluster, receiver)
+        cluster.env.update(JOBS_BEAT_HEARTBEAT_INTERVAL="0.5", JOBS_BEAT_STALE_AFTER="3")
+        _start(cluster)
+        live = BeatHeartbeat.objects.filter(last_seen__gt=Now() - timedelta(seconds=3))
+        wait_for(lambda: live.count() == 2, timeout=20, what="two live beats")
+        cluster.kill("beat0", signal.SIGKILL)
+        cluster.kill("beat1", signal.SIGTERM)
+
+        def no_beat(event: str) -> list[dict[str, object]]:
+            return [
+                r.payload
+                for r in receiver.accepted()
+                if r.payload["incident"]["kind"] == "no_beat" and r.payload["event"] == event
+            ]
+
+        wait_for(lambda: bool(no_beat("opened")), timeout=30, what="the no-live-beat alert")
+        cluster.start_beat("beat2")
+        wait_for(lambda: bool(no_beat("resolved")), timeout=40, what="its resolution")
+        wait_for(
+            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
+            timeout=10,
+            what="an empty outbox",
+        )
+        cluster.stop_all()
+    (opened,) = no_beat("opened")
+    assert opened["job"] is None and "no live beat" in str(opened["text"])
+    assert len(no_beat("resolved")) == 1
+    assert Incident.objects.filter(kind="no_beat").count() == 1

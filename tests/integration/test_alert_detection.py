@@ -1,0 +1,199 @@
+"""The incidents found by looking (jobs.alerts.detect), against real PostgreSQL: stuck runs,
+the dead-man's switch of periodic jobs, and a cluster without a live beat or node."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.alerts import detect
+from jobs.database_clock import database_now
+from jobs.models import (
+    AlertDelivery,
+    BeatHeartbeat,
+    Incident,
+    Job,
+    JobRun,
+    Node,
+    RunStatus,
+    Trigger,
+)
+from jobs.schedule.kinds import Cron, Every
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _running(job: Job, seconds_ago: float) -> JobRun:
+    started = timezone.now() - timedelta(seconds=seconds_ago)
+    return JobRun.objects.create(
+        job=job,
+        scheduled_for=started,
+        trigger=Trigger.MANUAL,
+        status=RunStatus.RUNNING,
+        started_at=started,
+    )
+
+
+def _succeeded(job: Job, duration: float, ago: float) -> None:
+    """A run that started ``ago`` seconds ago and succeeded (recorded as a finish does)."""
+    run = _running(job, seconds_ago=ago)
+    finished = run.scheduled_for + timedelta(seconds=duration)
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=finished)
+
+
+# --- stuck ------------------------------------------------------------------------------------
+
+
+def test_a_run_past_its_time_limit_is_stuck_once(make_job: Callable[..., Job]) -> None:
+    job = make_job("slow", soft_time_limit=10)
+    fine = _running(make_job("fine", soft_time_limit=10), seconds_ago=12)  # within the grace
+    run = _running(job, seconds_ago=10 + detect.STUCK_GRACE + 1)
+    assert detect.check_stuck_runs() == [run.pk]
+    assert detect.check_stuck_runs() == [run.pk]  # seen again: still one incident
+    incident = Incident.objects.get(kind="stuck")
+    assert (incident.job_id, incident.last_run_id, incident.bad_runs) == (job.pk, run.pk, 1)
+    assert "time limit of 10 s" in incident.summary
+    assert not Incident.objects.filter(job=fine.job).exists()
+    # It ends (here: succeeds): the stuck incident resolves, notified on the same channels.
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    incident.refresh_from_db()
+    assert incident.resolved_by_run_id == run.pk
+    events = AlertDelivery.objects.filter(incident=incident).values_list("event", flat=True)
+    assert sorted(events) == ["opened", "opened", "resolved", "resolved"]
+
+
+def test_without_a_limit_a_run_is_stuck_past_three_times_its_typical_duration(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("learned")
+    for i in range(detect.STUCK_MIN_SAMPLES):
+        _succeeded(job, duration=30 + i, ago=3600 - i * 60)
+    p95 = 33.8  # of 30..34 s
+    young = _running(job, seconds_ago=p95 * 3 - 5)
+    assert detect.check_stuck_runs() == []
+    JobRun.objects.filter(pk=young.pk).update(
+        started_at=timezone.now() - timedelta(seconds=p95 * 3 + 5)
+    )
+    assert detect.check_stuck_runs() == [young.pk]
+    assert "typical duration (p95 33.8 s)" in Incident.objects.get(kind="stuck").summary
+
+
+def test_without_a_limit_or_enough_history_nothing_is_called_stuck(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("new")
+    _succeeded(job, duration=1, ago=600)
+    _running(job, seconds_ago=3600)
+    assert detect.check_stuck_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("limit", "samples", "p95", "expected"),
+    [
+        (10, 0, None, 10 + detect.STUCK_GRACE),
+        (None, 5, 1.0, detect.STUCK_FLOOR),
+        (None, 5, 100.0, 300.0),
+        (None, 4, 100.0, None),
+    ],
+)
+def test_the_stuck_limit(
+    limit: int | None, samples: int, p95: float | None, expected: float | None
+) -> None:
+    assert detect.stuck_limit(limit, samples, p95) == expected
+
+
+# --- overdue ----------------------------------------------------------------------------------
+
+
+def _age(job: Job, seconds: float) -> None:
+    Job.objects.filter(pk=job.pk).update(updated_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def test_a_periodic_job_without_a_success_in_its_window_is_overdue(
+    make_job: Callable[..., Job],
+) -> None:
+    quiet = make_job("quiet", schedule=Every(60), start_deadline=30)  # window 2 x 60 + 30 s
+    healthy = make_job("healthy", schedule=Every(60), start_deadline=30)
+    young = make_job("young", schedule=Every(60), start_deadline=30)
+    paused = make_job("paused", schedule=Every(60), start_deadline=30)
+    for job in (quiet, healthy, paused):
+        _age(job, 3600)
+    Job.objects.filter(pk=paused.pk).update(enabled=False)
+    _age(young, 100)
+    _succeeded(healthy, duration=1, ago=100)
+    _succeeded(quiet, duration=1, ago=200)  # before its window
+    assert detect.check_overdue_jobs(database_now()) == [quiet.pk]
+    assert detect.check_overdue_jobs(database_now()) == [quiet.pk]
+    incident = Incident.objects.get()
+    assert (incident.job_id, incident.kind, incident.reason) == (quiet.pk, "overdue", "overdue")
+    assert "150 s" in incident.summary
+    # Its next success resolves it.
+    _succeeded(quiet, duration=1, ago=1)
+    incident.refresh_from_db()
+    assert incident.resolved_at is not None
+
+
+def test_a_paused_job_is_not_overdue(make_job: Callable[..., Job]) -> None:
+    job = make_job("nightly", schedule=Cron("0 3 * * *"))
+    _age(job, 4 * 86400)
+    assert detect.check_overdue_jobs(database_now()) == [job.pk]
+    Job.objects.filter(pk=job.pk).update(enabled=False)
+    assert detect.check_overdue_jobs(database_now()) == []
+    assert Incident.objects.get().resolved_at is not None
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process counts as up long enough to judge the cluster."""
+    monkeypatch.setattr(detect, "_STARTED", float("-inf"))
+
+
+def _beat(seconds_ago: float) -> None:
+    seen = timezone.now() - timedelta(seconds=seconds_ago)
+    BeatHeartbeat.objects.update_or_create(
+        name="h:1", defaults={"host": "h", "pid": 1, "started_at": seen, "last_seen": seen}
+    )
+
+
+def _node(seconds_ago: float) -> None:
+    seen = timezone.now() - timedelta(seconds=seconds_ago)
+    Node.objects.update_or_create(
+        name="w@h",
+        defaults={"host": "h", "pid": 1, "started_at": seen, "last_heartbeat": seen},
+    )
+
+
+def _open_cluster_kinds() -> set[str]:
+    return set(Incident.objects.filter(job=None, resolved_at=None).values_list("kind", flat=True))
+
+
+def test_no_live_beat_and_no_live_node_are_cluster_incidents(settled: None) -> None:
+    _beat(seconds_ago=3600)
+    _node(seconds_ago=3600)
+    detect.check_cluster()
+    detect.check_cluster()
+    assert _open_cluster_kinds() == {"no_beat", "no_node"}
+    assert Incident.objects.count() == 2
+    _beat(seconds_ago=0)
+    _node(seconds_ago=0)
+    detect.check_cluster()
+    assert _open_cluster_kinds() == set()
+    assert (
+        sorted(AlertDelivery.objects.values_list("event", flat=True))
+        == ["opened"] * 4 + ["resolved"] * 4
+    )
+
+
+def test_a_young_process_does_not_judge_the_cluster(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(detect, "_STARTED", time.monotonic())
+    detect.check_cluster()  # no beat and no node, but this process has just started
+    assert not Incident.objects.exists()
