@@ -8,6 +8,7 @@ through the job page (``jobs.forms.JobForm`` → ``jobs.services`` → ``jobs.be
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import django_celery_beat.admin  # noqa: F401  (its registrations must exist before we undo them)
@@ -31,7 +32,7 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -44,6 +45,7 @@ from django_celery_beat.models import (
 from jobs import services
 from jobs.audit import Actor
 from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.database_clock import database_now
 from jobs.exceptions import NotTriggerable
 from jobs.forms import JobForm
 from jobs.models import (
@@ -214,8 +216,16 @@ class JobAdmin(admin.ModelAdmin):
     ]
     list_filter = ["enabled", "kind", "task"]
     search_fields = ["name", "task"]
-    actions = ["run_now", "pause", "resume", "release_lease"]
-    readonly_fields = ["schedule", "managed_by_code", "created_at", "updated_at", "audit_trail"]
+    actions = ["run_now", "pause", "resume", "release_lease", "mute_2h", "mute_1d", "unmute"]
+    readonly_fields = [
+        "schedule",
+        "open_incidents",
+        "alerts_muted_until",
+        "managed_by_code",
+        "created_at",
+        "updated_at",
+        "audit_trail",
+    ]
     inlines = [RecentRunsInline, RecentAuditInline]
 
     def get_form(
@@ -341,6 +351,48 @@ class JobAdmin(admin.ModelAdmin):
     @admin.action(description="Resume", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self._set_enabled(request, queryset, enabled=True)
+
+    @admin.action(description="Mute alerts for 2 hours", permissions=["change"])
+    def mute_2h(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._mute(request, queryset, timedelta(hours=2))
+
+    @admin.action(description="Mute alerts for a day", permissions=["change"])
+    def mute_1d(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._mute(request, queryset, timedelta(days=1))
+
+    @admin.action(description="Unmute alerts", permissions=["change"])
+    def unmute(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._mute(request, queryset, None)
+
+    def _mute(self, request: HttpRequest, queryset: QuerySet[Job], span: timedelta | None) -> None:
+        until = None if span is None else database_now() + span
+        jobs = list(queryset)
+        for job in jobs:
+            services.mute(job.name, until, actor=_actor(request))
+        noun = model_ngettext(self.opts, len(jobs))
+        done = "Unmuted" if until is None else f"Muted until {until:%Y-%m-%d %H:%M} UTC:"
+        self.message_user(request, f"{done} {len(jobs)} {noun}.", messages.SUCCESS)
+
+    @admin.display(description="open incidents")
+    def open_incidents(self, job: Job) -> SafeString | str:
+        incidents = list(job.incidents.filter(resolved_at__isnull=True))
+        if not incidents:
+            return "none"
+        return format_html_join(
+            ", ",
+            '<a href="{}">#{} {} ({}, {} bad runs) since {}</a>',
+            (
+                (
+                    reverse("admin:jobs_incident_change", args=[i.pk]),
+                    i.pk,
+                    i.kind,
+                    i.reason,
+                    i.bad_runs,
+                    f"{i.opened_at:%Y-%m-%d %H:%M:%S}",
+                )
+                for i in incidents
+            ),
+        )
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Job], *, enabled: bool) -> None:
         jobs = list(queryset)

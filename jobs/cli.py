@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
 from jobs import jsonvalues
-from jobs.models import Job, JobRun, Lease, Node
+from jobs.models import Incident, Job, JobRun, Lease, Node
 from jobs.registry import POLICY_FIELDS, JobSpec
 from jobs.schedule.kinds import (
     describe,
@@ -216,6 +216,19 @@ def jsonable(value: object) -> object:
 def job_record(job: Job) -> dict[str, object]:
     """Expects ``JOB_DISPLAY_RELATED`` selected with the job."""
     return {key: jsonable(value) for key, value in job_fields(job).items()}
+
+
+INCIDENT_FIELDS = (
+    "id", "kind", "reason", "summary", "opened_at", "resolved_at", "bad_runs", "first_run_id",
+    "last_run_id", "resolved_by_run_id",
+)  # fmt: skip
+
+
+def incident_record(incident: Incident) -> dict[str, object]:
+    """Expects ``job`` selected with the incident; ``job`` is null for the cluster's."""
+    values = {field: jsonable(getattr(incident, field)) for field in INCIDENT_FIELDS}
+    values["job"] = incident.job.name if incident.job else None
+    return values
 
 
 def run_record(run: JobRun) -> dict[str, object]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -192,6 +193,24 @@ def set_enabled(job: Job, enabled: bool, *, actor: Actor) -> Job:
     entries.refresh(job)
     action = AuditAction.RESUME if enabled else AuditAction.PAUSE
     audit.record(actor, action, job=job, before={"enabled": was}, after={"enabled": enabled})
+    return job
+
+
+@transaction.atomic
+def mute(name: str, until: datetime | None, *, actor: Actor) -> Job:
+    """Mute a job's alerts until ``until`` (``None``: unmute). Its incidents still open and
+    show; one that opened while muted is notified if a bad run joins it after the mute."""
+    job = _locked(get_job(name))
+    was = job.alerts_muted_until
+    job.alerts_muted_until = until
+    job.save(update_fields=["alerts_muted_until"])
+    audit.record(
+        actor,
+        AuditAction.EDIT,
+        job=job,
+        before={"alerts_muted_until": None if was is None else was.isoformat()},
+        after={"alerts_muted_until": None if until is None else until.isoformat()},
+    )
     return job
 
 

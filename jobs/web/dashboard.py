@@ -28,7 +28,17 @@ from django.utils.safestring import SafeString, mark_safe
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import with_liveness
 from jobs.database_clock import age_of
-from jobs.models import LIVE_LEASE, BeatHeartbeat, Job, JobKind, JobRun, Lease, Node, RunStatus
+from jobs.models import (
+    LIVE_LEASE,
+    BeatHeartbeat,
+    Incident,
+    Job,
+    JobKind,
+    JobRun,
+    Lease,
+    Node,
+    RunStatus,
+)
 
 WINDOWS_HOURS = (1, 3, 6, 12, 24)
 DEFAULT_HOURS = 3
@@ -287,6 +297,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         "nodes": node_rows(),
         "beats": beat_rows(),
         "continuous": continuous_rows(),
+        "incidents": Incident.objects.filter(resolved_at__isnull=True).select_related("job")[:50],
         "runs_url": reverse("admin:jobs_jobrun_changelist"),
     }
     return render(request, "admin/jobs/dashboard.html", context)

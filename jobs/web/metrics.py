@@ -37,7 +37,12 @@ from jobs.database_clock import age_of
 from jobs.models import (
     LIVE_LEASE,
     TERMINAL_STATUSES,
+    AlertDelivery,
     BeatHeartbeat,
+    Channel,
+    DeliveryState,
+    Incident,
+    IncidentKind,
     Job,
     Lease,
     Node,
@@ -73,6 +78,7 @@ class JobsCollector(Collector):
         yield from self._nodes()
         yield from self._beats()
         yield from self._jobs()
+        yield from self._alerts()
         cost = GaugeMetricFamily(
             "jobs_metrics_scrape_seconds", "Time this scrape spent reading the database."
         )
@@ -221,6 +227,50 @@ class JobsCollector(Collector):
         for name in ScheduleError.objects.values_list("job__name", flat=True):
             each.add_metric([name], 1)
         yield from (jobs, broken, each)
+
+    def _alerts(self) -> Iterator[Metric]:
+        open_incidents = Incident.objects.filter(resolved_at__isnull=True)
+        by_kind = dict(open_incidents.values_list("kind").annotate(n=Count("id")).order_by())
+        kinds = GaugeMetricFamily(
+            "jobs_incidents_open", "Open incidents by kind (jobs.alerts).", labels=["kind"]
+        )
+        for kind in IncidentKind.values:
+            kinds.add_metric([kind], by_kind.get(kind, 0))
+        each = GaugeMetricFamily(
+            "jobs_incident_open",
+            "1 for each open incident, by job (empty for the cluster's), kind and reason.",
+            labels=["job", "kind", "reason"],
+        )
+        for job, kind, reason in open_incidents.values_list("job__name", "kind", "reason"):
+            each.add_metric([job or "", kind, reason], 1)
+        deliveries = GaugeMetricFamily(
+            "jobs_alert_deliveries",
+            "Notifications in the outbox by channel and state (pending, delivered, failed: "
+            "given up, dropped: channel not configured).",
+            labels=["channel", "state"],
+        )
+        counts = dict(
+            ((channel, state), n)
+            for channel, state, n in AlertDelivery.objects.values_list("channel", "state")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for channel in Channel.values:
+            for state in DeliveryState.values:
+                deliveries.add_metric([channel, state], counts.get((channel, state), 0))
+        oldest = GaugeMetricFamily(
+            "jobs_alert_outbox_oldest_pending_seconds",
+            "Age of the oldest notification not delivered yet (0: none waiting).",
+        )
+        age = (
+            AlertDelivery.objects.filter(state=DeliveryState.PENDING)
+            .annotate(age=age_of("created_at"))
+            .order_by("-age")
+            .values_list("age", flat=True)
+            .first()
+        )
+        oldest.add_metric([], 0.0 if age is None else age.total_seconds())
+        yield from (kinds, each, deliveries, oldest)
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

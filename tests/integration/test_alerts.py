@@ -3,6 +3,8 @@ database in the transaction of the run's outcome, delivered by the sender once p
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -10,16 +12,18 @@ from pathlib import Path
 
 import pytest
 from django.core import mail
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.alerts import outbox, sender
 from jobs.alerts.detect import open_incident, resolve_incidents
 from jobs.conf import get_alerts_conf
 from jobs.guard import lease
 from jobs.guard.runner import execute_run
-from jobs.models import AlertDelivery, Incident, Job, JobRun, RunStatus, Trigger
+from jobs.models import AlertDelivery, AuditEntry, Incident, Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
 from tests.support.webhook_receiver import Receiver
 
@@ -306,3 +310,98 @@ def test_the_api_patches_a_jobs_alert_settings(
     )
     assert refused.status_code == 400 and "alert_reasons" in refused.json()["fields"]
     assert Job.objects.get(name="nightly").alert_reasons == ["failed", "lost"]
+
+
+# --- operators: mute, the CLI, the admin, /metrics --------------------------------------------
+
+
+def _jobs(*args: str) -> str:
+    out = io.StringIO()
+    call_command("jobs", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_the_cli_mutes_lists_incidents_and_sets_alert_flags(make_job: Callable[..., Job]) -> None:
+    job = make_job("flaky", task="tests.fail")
+    assert _jobs("mute", "flaky", "--for", "2h").startswith("muted flaky until ")
+    muted = Job.objects.get(pk=job.pk).alerts_muted_until
+    assert muted is not None
+    assert timedelta(hours=2) - timedelta(seconds=5) < muted - timezone.now() <= timedelta(hours=2)
+    entry = AuditEntry.objects.filter(job=job).order_by("-id").first()
+    assert entry is not None and entry.after == {"alerts_muted_until": muted.isoformat()}
+    _run(job)
+    assert _events(job) == []
+    assert _jobs("unmute", "flaky") == "unmuted flaky\n"
+    assert Job.objects.get(pk=job.pk).alerts_muted_until is None
+    (record,) = json.loads(_jobs("incidents", "flaky", "--open", "--json"))
+    assert (record["job"], record["kind"], record["reason"], record["bad_runs"]) == (
+        "flaky", "failing", "failed", 1,
+    )  # fmt: skip
+    _jobs("add", "hooked", "--task", "tests.fail", "--every", "1h", "--alert-channels",
+          "webhook", "--alert-reasons", "failed,lost")  # fmt: skip
+    hooked = Job.objects.get(name="hooked")
+    assert (hooked.alert_channels, hooked.alert_reasons) == ("webhook", ["failed", "lost"])
+    with pytest.raises(CommandError, match="alert-reasons"):
+        _jobs("add", "bad", "--task", "tests.fail", "--every", "1h", "--alert-reasons", "late")
+
+
+def test_the_admin_mutes_and_shows_open_incidents(
+    make_job: Callable[..., Job], admin_client: Client
+) -> None:
+    job = make_job("flaky", task="tests.fail")
+    _run(job)
+    page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    incident = Incident.objects.get(job=job)
+    assert f"/admin/jobs/incident/{incident.pk}/change/" in page and "failing" in page
+    answer = admin_client.post(
+        "/admin/jobs/job/", {"action": "mute_2h", "_selected_action": [job.pk]}
+    )
+    assert answer.status_code == 302
+    assert Job.objects.get(pk=job.pk).alerts_muted_until is not None
+    assert admin_client.get(f"/admin/jobs/incident/{incident.pk}/change/").status_code == 200
+    assert admin_client.get("/admin/jobs/alertdelivery/").status_code == 200
+
+
+def test_metrics_export_open_incidents_and_deliveries_by_state(
+    make_job: Callable[..., Job], alerts_to: Callable[..., None], insider: Client
+) -> None:
+    alerts_to()  # no channel: every delivery is dropped
+    _run(make_job("flaky", task="tests.fail"))
+    _run(make_job("other", task="tests.fail", alert_channels="webhook"))
+
+    def samples() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        text = insider.get("/metrics").content.decode()
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    before = samples()
+    assert before[("jobs_incidents_open", frozenset({("kind", "failing")}))] == 2
+    assert before[("jobs_incidents_open", frozenset({("kind", "stuck")}))] == 0
+    flaky = frozenset({("job", "flaky"), ("kind", "failing"), ("reason", "failed")})
+    assert before[("jobs_incident_open", flaky)] == 1
+    pending = frozenset({("channel", "webhook"), ("state", "pending")})
+    assert before[("jobs_alert_deliveries", pending)] == 2
+    assert before[("jobs_alert_outbox_oldest_pending_seconds", frozenset())] > 0
+    sender.drain("test-sender")
+    after = samples()
+    assert after[("jobs_alert_deliveries", pending)] == 0
+    dropped = frozenset({("channel", "webhook"), ("state", "dropped")})
+    assert after[("jobs_alert_deliveries", dropped)] == 2
+    assert after[("jobs_alert_outbox_oldest_pending_seconds", frozenset())] == 0
+
+
+def test_the_dashboard_shows_open_incidents(
+    make_job: Callable[..., Job], admin_client: Client
+) -> None:
+    assert (
+        "None: every job and the cluster are healthy."
+        in admin_client.get("/admin/jobs/dashboard/").content.decode()
+    )
+    job = make_job("flaky", task="tests.fail")
+    _run(job)
+    page = admin_client.get("/admin/jobs/dashboard/").content.decode()
+    incident = Incident.objects.get(job=job)
+    assert f"/admin/jobs/incident/{incident.pk}/change/" in page and "boom from tests.fail" in page

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from django.core.exceptions import ValidationError
@@ -23,12 +24,14 @@ from django.db.models import BooleanField, ExpressionWrapper
 from jobs import cli, registry, services
 from jobs.audit import Actor
 from jobs.continuous.nodes import with_liveness
+from jobs.database_clock import database_now
 from jobs.exceptions import JobNotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
     AlertChannels,
     CatchUp,
+    Incident,
     Job,
     JobRun,
     Lease,
@@ -55,6 +58,9 @@ VERBS = (
     "leases",
     "tasks",
     "prune",
+    "mute",
+    "unmute",
+    "incidents",
 )
 
 EXIT_STATUS = """\
@@ -143,6 +149,24 @@ class Command(BaseCommand):
         )
         prune.add_argument("--dry-run", action="store_true", help="Only count what would go.")
         prune.add_argument("--json", action="store_true", help="Print a JSON object.")
+        mute = verbs.add_parser(
+            "mute",
+            verb="mute",
+            help="Mute a job's alerts for a while (its incidents still open and show).",
+        )
+        mute.add_argument("name", metavar="NAME")
+        mute.add_argument(
+            "--for", dest="for_", required=True, type=cli.duration, metavar="DURATION",
+            help="How long, e.g. 2h or 30m.",
+        )  # fmt: skip
+        verbs.add_parser("unmute", verb="unmute", help="Alert again for a muted job.").add_argument(
+            "name", metavar="NAME"
+        )
+        incidents = self._add_listing(
+            verbs, "incidents", "List incidents, newest first (open ones only with --open)."
+        )
+        incidents.add_argument("job", metavar="JOB", nargs="?", help="Only this job's.")
+        incidents.add_argument("--open", action="store_true", help="Only open incidents.")
 
     def _add_listing(self, verbs: Any, verb: str, text: str) -> CommandParser:
         parser: CommandParser = verbs.add_parser(verb, verb=verb, help=text, description=text)
@@ -286,6 +310,41 @@ class Command(BaseCommand):
     def _verb_remove(self, options: dict[str, Any]) -> None:
         services.remove(options["name"], actor=Actor.cli())
         self.stdout.write(f"removed {options['name']}")
+
+    def _verb_mute(self, options: dict[str, Any]) -> None:
+        until = database_now() + timedelta(seconds=options["for_"])
+        job = services.mute(options["name"], until, actor=Actor.cli())
+        self.stdout.write(f"muted {job.name} until {until.isoformat(timespec='seconds')}")
+
+    def _verb_unmute(self, options: dict[str, Any]) -> None:
+        job = services.mute(options["name"], None, actor=Actor.cli())
+        self.stdout.write(f"unmuted {job.name}")
+
+    def _verb_incidents(self, options: dict[str, Any]) -> None:
+        incidents = Incident.objects.select_related("job")
+        if options["job"] is not None:
+            incidents = incidents.filter(job=services.get_job(options["job"]))
+        if options["open"]:
+            incidents = incidents.filter(resolved_at__isnull=True)
+        selected = list(incidents[:100])
+        if options["json"]:
+            self._json([cli.incident_record(incident) for incident in selected])
+            return
+        rows = [
+            (
+                incident.pk,
+                incident.job.name if incident.job else "(cluster)",
+                incident.kind,
+                incident.reason,
+                incident.opened_at,
+                incident.resolved_at or "open",
+                incident.bad_runs,
+            )
+            for incident in selected
+        ]
+        self._table(
+            ("ID", "JOB", "KIND", "REASON", "OPENED", "RESOLVED", "BAD RUNS"), rows, "incidents"
+        )
 
     def _verb_runs(self, options: dict[str, Any]) -> None:
         runs = JobRun.objects.select_related("job")
