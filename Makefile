@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test chromium rabbitmq-server faketime manage lint format typecheck migrations-check ci lock clean
+.PHONY: run test chromium rabbitmq-server faketime promtool manage lint format typecheck migrations-check ci lock clean
 
 # Quiet, and on stderr: `make manage ARGS="jobs list --json"` prints only the command's output,
 # even the first time, when it installs.
@@ -26,7 +26,7 @@ $(INSTALLED): requirements/dev.txt pyproject.toml
 run: $(INSTALLED)
 	$(BIN)/python -m devtools run
 
-test: $(INSTALLED) chromium rabbitmq-server faketime
+test: $(INSTALLED) chromium rabbitmq-server faketime promtool
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
 
 # The browser test drives Debian's Chromium (tests/browser); install it only when it is missing.
@@ -45,6 +45,12 @@ rabbitmq-server:
 faketime:
 	@command -v faketime >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; }
+
+# The alerting rules and the /metrics exposition are checked with Prometheus' promtool
+# (tests/deployment/test_prometheus_rules.py); install Debian's prometheus only when it is missing.
+promtool:
+	@command -v promtool >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 
 # Silent (no echo of the command), so `make manage ARGS="jobs runs demo.quick --json"` is pure JSON.
 manage: $(INSTALLED)

@@ -3,11 +3,16 @@ with Prometheus's own text parser."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client, override_settings
@@ -24,6 +29,8 @@ from jobs.upkeep import retention, rollups
 from jobs.web import tokens
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -227,3 +234,28 @@ def test_concurrent_folders_never_count_a_run_twice(make_job: Callable[..., Job]
     assert sum(folded) == 3000
     assert RunRollup.objects.get(job=job, status=RunStatus.FAILED).count == 3000
     assert not JobRun.objects.filter(folded=False).exists()
+
+
+def test_promtool_accepts_the_exposition_and_it_has_every_series_the_rules_use(
+    scrape: Callable[[], dict[str, list[Sample]]], client: Client, make_job: Callable[..., Job]
+) -> None:
+    make_job("j")
+    families = scrape()
+    secret = tokens.create("promtool", actor=Actor.code("tests"))[1]
+    text = client.get("/metrics", headers={"authorization": f"Bearer {secret}"}).content
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool is missing: `make test` installs Debian's prometheus"
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()
+    rules = yaml.safe_load((ROOT / "docker" / "prometheus" / "alerts.yml").read_text())
+    used = {
+        name
+        for group in rules["groups"]
+        for rule in group["rules"]
+        for name in re.findall(r"\b(jobs_[a-z_]+)", rule["expr"])
+    }
+    # Every family is exported with its HELP and TYPE, samples or not (a counter as NAME_total).
+    exported = {name for family in families for name in (family, f"{family}_total")}
+    assert used and used <= exported, used - exported
