@@ -48,10 +48,12 @@ VALID: dict[str, str] = {
     "min_hold": "0",
     "queue": "default",
     "priority": "",
+    "alert_channels": "default",
+    "alert_reasons": "[]",
 }
 SPOILED_TOGETHER: dict[str, tuple[list[str], list[str]]] = {
     "json": (
-        ["args", "kwargs"],
+        ["args", "kwargs", "alert_reasons"],
         [
             "[",
             "[" * 5000 + "]" * 5000,
@@ -106,7 +108,7 @@ SPOILED_TOGETHER: dict[str, tuple[list[str], list[str]]] = {
         ["-1", "0", "1", "3", "2147483648", "9" * 5000, "1e400", "NaN", "1.5", "٣"],
     ),
     "text": (
-        ["name", "task", "queue", "overlap", "catch_up", "on_lost", "enabled"],
+        ["name", "task", "queue", "overlap", "catch_up", "on_lost", "enabled", "alert_channels"],
         ["", " ", "\x00", "a\x00b", "a/b", "A" * 5000, "os.system", "tests.by_city"],
     ),
 }

@@ -73,6 +73,8 @@ def admin_form(**overrides: str) -> dict[str, str]:
         "min_hold": "0",
         "queue": "default",
         "priority": "",
+        "alert_channels": "default",
+        "alert_reasons": "[]",
     }
     data.update(overrides)
     return data
