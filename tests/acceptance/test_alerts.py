@@ -14,12 +14,18 @@ import os
 import signal
 from collections import Counter
 from datetime import timedelta
+from email import message_from_bytes
+from email.message import EmailMessage
+from email.policy import default as default_policy
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from devtools.services import free_port
 from jobs.audit import Actor
 from jobs.models import AlertDelivery, BeatHeartbeat, Incident, Job, JobRun, RunStatus
 from jobs.schedule.kinds import Every
@@ -252,3 +258,60 @@ def test_stopping_every_beat_is_one_cluster_alert(cluster: Cluster, tmp_path: Pa
     assert opened["job"] is None and "no live beat" in str(opened["text"])
     assert len(no_beat("resolved")) == 1
     assert Incident.objects.filter(kind="no_beat").count() == 1
+
+
+class Mailbox:
+    """An aiosmtpd handler keeping every message received."""
+
+    def __init__(self) -> None:
+        self.messages: list[EmailMessage] = []
+
+    async def handle_DATA(self, server: object, session: object, envelope: Any) -> str:
+        message = message_from_bytes(envelope.content, policy=default_policy)
+        assert isinstance(message, EmailMessage)
+        self.messages.append(message)
+        return "250 OK"
+
+
+def test_alerts_are_e_mailed_through_smtp(cluster: Cluster, tmp_path: Path) -> None:
+    mailbox = Mailbox()
+    smtp = Controller(mailbox, hostname="127.0.0.1", port=free_port())
+    smtp.start()
+    try:
+        cluster.env.update(
+            JOBS_ALERT_EMAILS="ops@example.com,oncall@example.com",
+            EMAIL_HOST="127.0.0.1",
+            EMAIL_PORT=str(smtp.port),
+            DEFAULT_FROM_EMAIL="jobs@example.com",
+            JOBS_PUBLIC_URL="https://jobs.example.com",
+        )
+        create_job(
+            JobDefinition(
+                name="mailed",
+                task="tests.fail",
+                schedule=Every(3600),
+                policies={"queue": cluster.queue, "alert_channels": "email"},
+            ),
+            actor=Actor.code("tests"),
+        )
+        _start(cluster, beats=1, workers=1)
+        run = run_now("mailed", actor=Actor.code("tests"))
+        wait_for(lambda: bool(mailbox.messages), timeout=30, what="the alert e-mail")
+        wait_for(
+            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
+            timeout=10,
+            what="an empty outbox",
+        )
+        cluster.stop_all()
+    finally:
+        smtp.stop()
+    (message,) = mailbox.messages
+    incident = Incident.objects.get(job__name="mailed")
+    assert message["To"] == "ops@example.com, oncall@example.com"
+    assert message["From"] == "jobs@example.com"
+    assert message["Idempotency-Key"] == f"incident-{incident.pk}-opened"
+    assert "mailed" in message["Subject"] and "FAILED" in message["Subject"]
+    body = message.get_content()
+    assert "boom from tests.fail" in body
+    assert f"https://jobs.example.com/admin/jobs/jobrun/{run.pk}/change/" in body
+    assert AlertDelivery.objects.get(incident=incident).state == "delivered"
