@@ -44,6 +44,7 @@ from django_celery_beat.models import (
 
 from jobs import services
 from jobs.audit import Actor
+from jobs.beat import adoption
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import NotTriggerable
@@ -214,7 +215,7 @@ class JobAdmin(admin.ModelAdmin):
         "last_run_at",
         "lease",
     ]
-    list_filter = ["enabled", "kind", "task"]
+    list_filter = ["enabled", "kind", "adopted", "task"]
     search_fields = ["name", "task"]
     actions = ["run_now", "pause", "resume", "release_lease", "mute_2h", "mute_1d", "unmute"]
     readonly_fields = [
@@ -222,6 +223,8 @@ class JobAdmin(admin.ModelAdmin):
         "open_incidents",
         "alerts_muted_until",
         "managed_by_code",
+        "adopted",
+        "description",
         "created_at",
         "updated_at",
         "audit_trail",
@@ -265,6 +268,18 @@ class JobAdmin(admin.ModelAdmin):
                 lease_token=Subquery(leases.values("token")[:1]),
             )
         )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # django-celery-beat entries the beats cannot adopt do not run: say so where jobs are.
+        if request.method == "GET":
+            for verdict in adoption.preview():
+                if not verdict.adoptable:
+                    messages.warning(
+                        request,
+                        f"django-celery-beat entry {verdict.name!r} ({verdict.task}) is not "
+                        f"adopted and does not run: {verdict.reason}",
+                    )
+        return super().changelist_view(request, extra_context)
 
     def get_inline_instances(self, request: HttpRequest, obj: Job | None = None) -> Any:
         # The runs are display-only, and the form has already saved the job through services

@@ -93,6 +93,11 @@ def publish(
         options["event_dispatcher"] = _NO_SENT_EVENT
     if job.priority is not None:
         options["priority"] = job.priority
+    # An adopted django-celery-beat entry's routing (jobs.beat.adoption); blank: the queue's own.
+    if job.exchange:
+        options["exchange"] = job.exchange
+    if job.routing_key:
+        options["routing_key"] = job.routing_key
     # The soft limit is the runner's (jobs.guard.lease_keeper sets ctx.stopping and the run
     # records it), not Celery's, which would raise inside the job (or inside the fenced finish).
     # The hard limit is Celery's: the pool kills the process, and jobs.guard.hard_limit records

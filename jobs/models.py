@@ -213,6 +213,19 @@ class Job(models.Model):
         editable=False,
         help_text="Declared with @job(..., every=/cron=) and not edited since: code changes apply.",
     )
+    adopted = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Adopted from django-celery-beat: made by the beat from a PeriodicTask that no "
+        "job owned. That row stays this job's beat entry, and edits of either reach the other.",
+    )
+    description = models.TextField(blank=True, default="", help_text="What this job is for.")
+    exchange = models.CharField(
+        max_length=200, blank=True, default="", help_text="Celery exchange (blank: the queue's)."
+    )
+    routing_key = models.CharField(
+        max_length=200, blank=True, default="", help_text="Celery routing key (blank: the queue's)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -500,7 +513,13 @@ class ScheduleChange(models.Model):
     maintenance prunes old entries. Ids are committed in order (see the trigger's lock)."""
 
     id = models.BigAutoField(primary_key=True)
-    job_id = models.BigIntegerField(help_text="The job edited (it may have been deleted since).")
+    job_id = models.BigIntegerField(
+        null=True, help_text="The job edited (it may have been deleted since)."
+    )
+    # A django-celery-beat row that no job owns was added or edited: beats adopt it (issue 13).
+    periodic_task_id = models.BigIntegerField(
+        null=True, help_text="The PeriodicTask without a job that was added or edited."
+    )
     changed_at = models.DateTimeField(db_default=Now(), help_text="Database clock.")
 
     class Meta:

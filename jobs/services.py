@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django_celery_beat.models import PeriodicTask
 
 from jobs import audit, jsonvalues, registry
 from jobs.audit import Actor
@@ -160,6 +161,18 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
     if definition.schedule is not None:
         job.periodic_task = entries.store(job, definition.schedule)
         job.save(update_fields=["periodic_task"])
+    audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
+    return job
+
+
+@transaction.atomic
+def adopt_entry(job: Job, entry: PeriodicTask, *, actor: Actor) -> Job:
+    """Save ``job``, made from django-celery-beat's ``entry`` (``jobs.beat.adoption``), with that
+    entry as its beat entry, left as it is."""
+    job.adopted = True
+    job.periodic_task = entry
+    validate_job(job)
+    job.save()
     audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
     return job
 

@@ -1,5 +1,7 @@
 """Reading the schedule change log (``ScheduleChange``), which database triggers append to on
-every edit of a job, its beat entry or a schedule row (migration ``0005_schedule_change_log``).
+every edit of a job, its beat entry or a schedule row (migration ``0005_schedule_change_log``),
+and on every addition or edit of a django-celery-beat entry that no job owns, to adopt
+(``0014_adoption``).
 
 A beat remembers the newest entry id it has applied and, every tick, asks for the entries after
 it: one primary-key range scan that returns nothing while nobody edits, however many jobs exist.
@@ -18,7 +20,8 @@ from django.db import connection
 RETENTION = timedelta(hours=1)
 
 _AFTER = """
-SELECT id, job_id FROM jobs_schedulechange WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
+SELECT id, job_id, periodic_task_id FROM jobs_schedulechange
+ WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
 """
 
 _NEWEST = "SELECT coalesce(max(id), 0) FROM jobs_schedulechange"
@@ -30,6 +33,8 @@ _PRUNE = "DELETE FROM jobs_schedulechange WHERE changed_at < now() - make_interv
 class Changes:
     newest_id: int  # the newest entry read (the caller's new position)
     job_ids: frozenset[int]
+    # django-celery-beat entries that no job owned when they were added or edited (to adopt).
+    periodic_task_ids: frozenset[int]
     complete: bool  # False: more entries than ``limit`` waited; reload everything instead
 
 
@@ -50,7 +55,8 @@ def read_after(after: int, limit: int) -> Changes:
     rows = rows[:limit]
     return Changes(
         newest_id=rows[-1][0] if rows else after,
-        job_ids=frozenset(job_id for _, job_id in rows),
+        job_ids=frozenset(job_id for _, job_id, _ in rows if job_id is not None),
+        periodic_task_ids=frozenset(entry for _, _, entry in rows if entry is not None),
         complete=complete,
     )
 

@@ -2,6 +2,8 @@
 
 A periodic job owns one ``PeriodicTask`` whose interval / crontab (with time zone) / clocked
 schedule *is* the job's schedule; this module is the only code that reads or writes that pairing.
+The platform names its own entries ``job:<name>``; an adopted job (``jobs.beat.adoption``) owns
+the project's row as it was, and this module keeps that row holding the job's values.
 Saving the ``PeriodicTask`` bumps django-celery-beat's change marker, which every beat watches.
 """
 
@@ -119,10 +121,31 @@ def refresh(job: Job) -> None:
 
 
 def _copy_job_fields(job: Job, task: PeriodicTask) -> None:
-    task.name = beat_entry_name(job.name)
+    if job.adopted:
+        _mirror(job, task)
+    else:
+        task.name = beat_entry_name(job.name)
+        task.task = job.task
+        task.kwargs = json.dumps({"job": job.name})
+        task.enabled = job.enabled
+        task.queue = job.queue
+        task.description = f"Schedule of job {job.name} (edit it on the job's page)."
+    task.save()
+
+
+def _mirror(job: Job, task: PeriodicTask) -> None:
+    """An adopted job's entry is the project's own row (``jobs.beat.adoption``): it keeps its name
+    and holds the job's values, so code or a return to django-celery-beat's scheduler reads
+    what the job runs."""
+    task.name = job.name
     task.task = job.task
-    task.kwargs = json.dumps({"job": job.name})
+    task.args = json.dumps(job.args)
+    task.kwargs = json.dumps(job.kwargs)
     task.enabled = job.enabled
     task.queue = job.queue
-    task.description = f"Schedule of job {job.name} (edit it on the job's page)."
-    task.save()
+    task.exchange = job.exchange or None
+    task.routing_key = job.routing_key or None
+    task.priority = job.priority
+    task.description = job.description
+    if task.expire_seconds:  # the start deadline came from it
+        task.expire_seconds = job.start_deadline

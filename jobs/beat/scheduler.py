@@ -43,7 +43,7 @@ from django_celery_beat.models import (
 )
 
 from jobs.alerts.sender import AlertSender
-from jobs.beat import changelog, entries, schedule_errors
+from jobs.beat import adoption, changelog, entries, schedule_errors
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.conf import get_conf
@@ -75,7 +75,7 @@ _BEGINNING = datetime.min.replace(tzinfo=UTC)
 # itself is decoded by ``beat_link`` from the beat entry's schedule rows.
 _KEPT = {
     "id", "name", "task", "queue", "priority", "soft_time_limit", "time_limit",
-    "start_deadline", "catch_up", "updated_at",
+    "start_deadline", "catch_up", "updated_at", "exchange", "routing_key",
 }  # fmt: skip
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
@@ -361,7 +361,11 @@ class ClusterScheduler(Scheduler):
 
         sync_declared_jobs()
         position = changelog.newest_id()  # before reading jobs: later edits are read again
-        rows = self._read_jobs()
+        # django-celery-beat entries without a job become jobs, and adopted jobs take the
+        # edits made to their entries while no beat ran.
+        adoption.adopt()
+        unsyncable = adoption.sync()
+        rows = [row for row in self._read_jobs() if row[_ID] not in unsyncable]
         db_now, newest = run_records.newest_slots([row[_ID] for row in rows])
         # The database clock is the cluster's shared reference: a beat whose clock is ahead
         # must not take slots that have not come yet for missed ones.
@@ -385,6 +389,7 @@ class ClusterScheduler(Scheduler):
             decided = self._catch_up(entry, after, reference, catchup.NO_BEAT)
             fire.extend(decided[0])
             missed.extend(decided[1])
+        self._put_aside_unsyncable(unsyncable)
         log.info("beat loaded %d job(s)", len(self._entries), extra={"action": "beat_loaded"})
         self._record(fire, missed)  # if this fails, the next tick starts over
         schedule_errors.clear_all_but(self._set_aside)
@@ -402,15 +407,32 @@ class ClusterScheduler(Scheduler):
         self._last_read = time.monotonic()
         if not changes.complete:
             self._reload_all(now)
-        elif changes.job_ids:
+            return
+        if changes.periodic_task_ids:
+            # The jobs this makes are logged too: the next tick loads them.
+            adoption.adopt(changes.periodic_task_ids)
+        if changes.job_ids:
+            unsyncable = adoption.sync(changes.job_ids)
             self._reload(changes.job_ids, now)
-            self._position = changes.newest_id
+            self._put_aside_unsyncable(unsyncable)
+        self._position = changes.newest_id
 
     def _reload_all(self, now: datetime) -> None:
         position = changelog.newest_id()
+        adoption.adopt()
+        unsyncable = adoption.sync()
         self._reload(None, now)
+        self._put_aside_unsyncable(unsyncable)
         self._position = position
         self._last_read = time.monotonic()
+
+    def _put_aside_unsyncable(self, unsyncable: dict[int, tuple[str, str]]) -> None:
+        """Adopted jobs whose entries were edited into values no job carries: set aside, so
+        they do not run on with the values they had before the edit."""
+        for job_id, (name, reason) in unsyncable.items():
+            self._put_aside(job_id, name, ValueError(reason))
+        if unsyncable:
+            self._write_errors()
 
     def _reload(self, job_ids: Collection[int] | None, now: datetime) -> None:
         """Read ``job_ids`` (``None``: every job) again; keep the next slot of a job whose

@@ -23,6 +23,7 @@ from django.db.models import BooleanField, ExpressionWrapper
 
 from jobs import cli, registry, services
 from jobs.audit import Actor
+from jobs.beat import adoption
 from jobs.continuous.nodes import with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import JobNotFound, NotTriggerable
@@ -61,6 +62,7 @@ VERBS = (
     "mute",
     "unmute",
     "incidents",
+    "adopt",
 )
 
 EXIT_STATUS = """\
@@ -167,6 +169,15 @@ class Command(BaseCommand):
         )
         incidents.add_argument("job", metavar="JOB", nargs="?", help="Only this job's.")
         incidents.add_argument("--open", action="store_true", help="Only open incidents.")
+
+        # issue 13: django-celery-beat entries without a job (jobs.beat.adoption)
+        text = (
+            "Adopt the enabled django-celery-beat entries that no job owns (beats do it at "
+            "start and on every edit); with --dry-run, list what would be adopted and what not."
+        )
+        adopt = verbs.add_parser("adopt", verb="adopt", help=text, description=text)
+        adopt.add_argument("--dry-run", action="store_true", help="Adopt nothing, only say.")
+        adopt.add_argument("--json", action="store_true", help="Print a JSON list.")
 
     def _add_listing(self, verbs: Any, verb: str, text: str) -> CommandParser:
         parser: CommandParser = verbs.add_parser(verb, verb=verb, help=text, description=text)
@@ -417,6 +428,20 @@ class Command(BaseCommand):
             return
         rows = [(r["name"], r["kind"], r["schedule"], r["summary"]) for r in records]
         self._table(("NAME", "KIND", "SCHEDULE", "SUMMARY"), rows, "registered tasks")
+
+    def _verb_adopt(self, options: dict[str, Any]) -> None:
+        dry_run = options["dry_run"]
+        verdicts = adoption.preview() if dry_run else adoption.adopt(actor=Actor.cli())
+        if options["json"]:
+            self._json([verdict.record() for verdict in verdicts])
+            return
+        if not verdicts:
+            self.stdout.write("no django-celery-beat entry without a job")
+            return
+        done = "would adopt" if options["dry_run"] else "adopted"
+        for verdict in verdicts:
+            outcome = done if verdict.adoptable else f"cannot adopt: {verdict.reason}"
+            self.stdout.write(f"{verdict.name} ({verdict.task}): {outcome}")
 
     def _verb_prune(self, options: dict[str, Any]) -> None:
         result = services.prune(dry_run=options["dry_run"], actor=Actor.cli())
