@@ -27,7 +27,7 @@ pytestmark = pytest.mark.acceptance
 
 START_TIMEOUT = 90
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
-APPEND = "tests.plain_tasks.append"
+APPEND = "tests.support.plain_tasks.append"
 PICKUP_SECONDS = 1.0
 
 

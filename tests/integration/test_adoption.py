@@ -35,7 +35,7 @@ from project.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-APPEND = "tests.plain_tasks.append"
+APPEND = "tests.support.plain_tasks.append"
 TESTS = Actor.code("tests")
 
 
