@@ -154,7 +154,8 @@ def test_existing_entries_run_once_per_slot_and_edits_are_picked_up_within_a_sec
         assert sum(executions[note] for note in notes[job.name]) == len(runs), job.name
     report = JobRun.objects.filter(job__name="Minutely report")
     assert boundary in {run.scheduled_for.astimezone(UTC) for run in report}
-    assert executions["contacts"] >= 1 and executions["added"] >= 5
+    # (The edit may come before the entry's first slot: "contacts" may never have run.)
+    assert executions["contacts-v2"] >= 5 and executions["added"] >= 5
     # The unknown task's entry stayed as it was, reported, never run.
     assert not Job.objects.filter(name="Gone task").exists()
     assert PeriodicTask.objects.get(name="Gone task").enabled
