@@ -516,7 +516,7 @@ class ScheduleChange(models.Model):
     job_id = models.BigIntegerField(
         null=True, help_text="The job edited (it may have been deleted since)."
     )
-    # A django-celery-beat row that no job owns was added or edited: beats adopt it (issue 13).
+    # A django-celery-beat row that no job owns was added or edited: beats adopt it.
     periodic_task_id = models.BigIntegerField(
         null=True, help_text="The PeriodicTask without a job that was added or edited."
     )

@@ -1,4 +1,4 @@
-"""Issue 13 acceptance: an existing project's django-celery-beat entries keep running under the
+"""Adoption acceptance: an existing project's django-celery-beat entries keep running under the
 cluster scheduler with no step beyond switching it. Entries made through django-celery-beat's
 models as its README shows (an interval; a crontab with a time zone) name a plain
 ``@shared_task``; two beats and a worker run them. Every slot runs once, counted on the task's

@@ -170,7 +170,7 @@ class Command(BaseCommand):
         incidents.add_argument("job", metavar="JOB", nargs="?", help="Only this job's.")
         incidents.add_argument("--open", action="store_true", help="Only open incidents.")
 
-        # issue 13: django-celery-beat entries without a job (jobs.beat.adoption)
+        # django-celery-beat entries without a job (jobs.beat.adoption)
         text = (
             "Adopt the enabled django-celery-beat entries that no job owns (beats do it at "
             "start and on every edit); with --dry-run, list what would be adopted and what not."
