@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import EmailMessage
@@ -43,7 +44,8 @@ def send_webhook(notification: Notification, conf: AlertsConf) -> None:
         raise DeliveryFailed(f"HTTP {exc.code} {exc.reason}: {detail}".rstrip(": ")) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise DeliveryFailed(f"{conf.webhook_url}: {reason}") from None
+        # The host only: a webhook URL's path is often its secret (Slack's are).
+        raise DeliveryFailed(f"{urlsplit(conf.webhook_url).netloc}: {reason}") from None
 
 
 def send_email(notification: Notification, conf: AlertsConf) -> None:

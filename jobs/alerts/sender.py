@@ -29,10 +29,10 @@ log = logging.getLogger(__name__)
 
 LEASE_KEY = "alerts"
 LEASE_TTL = 60.0
-BATCH = 20
 # A row taken is hidden this long: longer than a delivery may take (then it is retried).
 CLAIM_FOR = 3 * WEBHOOK_TIMEOUT
-# A drain gives the lease back after this long, so it is renewed well within its ttl.
+# A drain gives the lease back after this long (plus the delivery under way at most), well
+# within the lease's ttl.
 DRAIN_FOR = LEASE_TTL / 3
 
 _NOT_CONFIGURED = {
@@ -55,13 +55,14 @@ def drain(holder: str) -> int | None:
     started = time.monotonic()
     try:
         while time.monotonic() - started < DRAIN_FOR and held.locally_valid:
-            due = outbox.take_due(BATCH, CLAIM_FOR)
+            # One row at a time: a row is taken only when it is about to be sent, so a slow
+            # receiver never leaves taken rows waiting past their claim (and sent twice).
+            due = outbox.take_due(1, CLAIM_FOR)
             if not due:
                 break
-            notifications = _notifications(due)
-            for row in due:
-                _deliver(row, notifications.get((row.incident_id, row.event)))
-                handled += 1
+            (row,) = due
+            _deliver(row, _notifications(due).get((row.incident_id, row.event)))
+            handled += 1
     finally:
         lease.release(held)
     return handled

@@ -18,7 +18,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.alerts import outbox, sender
+from jobs.alerts import channels, outbox, sender
 from jobs.alerts.detect import open_incident, resolve_incidents
 from jobs.conf import get_alerts_conf
 from jobs.guard import lease
@@ -229,6 +229,19 @@ def test_a_failing_receiver_is_retried_with_backoff_and_the_row_keeps_the_error(
         ("delivered", 2, ""),
         ("delivered", 1, ""),
     }
+
+
+def test_a_receiver_that_times_out_is_retried_and_its_secret_path_not_recorded(
+    make_job: Callable[..., Job], alerts_to: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(channels, "WEBHOOK_TIMEOUT", 0.3)
+    with Receiver(delay=1.0) as receiver:
+        alerts_to(receiver.url)
+        _run(make_job("flaky", task="tests.fail", alert_channels="webhook"))
+        assert sender.drain("test-sender") == 1
+    row = AlertDelivery.objects.get()
+    assert (row.state, row.attempts) == ("pending", 1)
+    assert "timed out" in row.last_error and "/hook" not in row.last_error
 
 
 def test_a_channel_not_configured_is_dropped_saying_so(

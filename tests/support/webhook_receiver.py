@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,8 +30,9 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, delay: float = 0.0) -> None:
         self.fail_first = fail_first
+        self.delay = delay  # seconds before answering (a slow receiver)
         self.received: list[Received] = []
         self._lock = threading.Lock()
         receiver = self
@@ -38,6 +40,7 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                time.sleep(receiver.delay)
                 with receiver._lock:
                     status = 500 if len(receiver.received) < receiver.fail_first else 200
                     receiver.received.append(Received(dict(self.headers.items()), body, status))
