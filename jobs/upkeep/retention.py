@@ -1,5 +1,6 @@
 """History retention: delete finished runs older than the age configured for their status
-(``JOBS_RETENTION_<STATUS>``), and heartbeat rows of beats long gone.
+(``JOBS_RETENTION_<STATUS>``), heartbeat rows of beats long gone, and incidents resolved longer
+ago than the bad runs they were about are kept (with their notifications, once all are sent).
 
 Only runs already counted into ``RunRollup`` (``jobs.upkeep.rollups.fold``, done first) are deleted,
 so the counters of ``/metrics`` never go backwards. Runs are deleted in batches, each its own
@@ -23,7 +24,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from jobs.conf import get_ops_conf
-from jobs.models import BeatHeartbeat, JobRun
+from jobs.models import BeatHeartbeat, DeliveryState, Incident, JobRun, RunStatus
 from jobs.upkeep import rollups
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class PruneResult:
     deleted: Mapping[str, int] = field(default_factory=dict)  # status → runs deleted
     cutoffs: Mapping[str, datetime] = field(default_factory=dict)  # status → slots before
     beat_heartbeats: int = 0
+    incidents: int = 0
 
     @property
     def total(self) -> int:
@@ -71,7 +73,13 @@ def prune(
             deleted[status] = _delete_in_batches(old.filter(folded=True), batch_size)
     stale_beats = BeatHeartbeat.objects.filter(last_seen__lt=now - BEAT_HEARTBEAT_RETENTION)
     beats = stale_beats.count() if dry_run else stale_beats.delete()[0]
-    result = PruneResult(deleted=deleted, cutoffs=limits, beat_heartbeats=beats)
+    old_incidents = _old_incidents(limits)
+    incidents = (
+        old_incidents.count() if dry_run else old_incidents.delete()[1].get(Incident._meta.label, 0)
+    )
+    result = PruneResult(
+        deleted=deleted, cutoffs=limits, beat_heartbeats=beats, incidents=incidents
+    )
     if result.total and not dry_run:
         log.info(
             "pruned %d run(s)",
@@ -79,6 +87,18 @@ def prune(
             extra={"action": "pruned", "deleted": dict(result.deleted)},
         )
     return result
+
+
+def _old_incidents(limits: Mapping[str, datetime]) -> QuerySet[Incident]:
+    """Incidents resolved before the runs they were about are pruned (the latest cutoff of
+    failed, missed and lost; none while one of them is kept forever), none with a notification
+    still to send."""
+    bad = [limits.get(status) for status in (RunStatus.FAILED, RunStatus.MISSED, RunStatus.LOST)]
+    if any(cutoff is None for cutoff in bad):
+        return Incident.objects.none()
+    return Incident.objects.filter(resolved_at__lt=max(c for c in bad if c is not None)).exclude(
+        deliveries__state=DeliveryState.PENDING
+    )
 
 
 def _delete_in_batches(runs: QuerySet[JobRun], batch_size: int) -> int:

@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.alerts import detect
+from jobs.conf import get_ops_conf
 from jobs.database_clock import database_now
 from jobs.models import (
     AlertDelivery,
@@ -23,6 +24,7 @@ from jobs.models import (
     Trigger,
 )
 from jobs.schedule.kinds import Cron, Every
+from jobs.upkeep import retention
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -197,3 +199,30 @@ def test_a_young_process_does_not_judge_the_cluster(
     monkeypatch.setattr(detect, "_STARTED", time.monotonic())
     detect.check_cluster()  # no beat and no node, but this process has just started
     assert not Incident.objects.exists()
+
+
+def test_retention_prunes_incidents_resolved_long_ago_with_nothing_left_to_send(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("flaky")
+
+    def incident(summary: str, resolved: bool = True) -> int:
+        opened = detect.open_incident(job.pk, "failing", "failed", summary)
+        assert opened is not None
+        if resolved:
+            detect.resolve_incidents(job.pk, ["failing"])
+        return opened
+
+    old, waiting, recent = incident("old"), incident("old, resolution not sent"), incident("new")
+    still_open = incident("open", resolved=False)
+    long_ago = timezone.now() - timedelta(days=40)
+    Incident.objects.filter(pk__in=[old, waiting]).update(resolved_at=long_ago)
+    AlertDelivery.objects.exclude(incident_id=waiting).update(state="delivered")
+    assert retention.prune(dry_run=True).incidents == 1
+    assert retention.prune().incidents == 1
+    assert set(Incident.objects.values_list("pk", flat=True)) == {waiting, recent, still_open}
+    assert not AlertDelivery.objects.filter(incident_id=old).exists()
+    forever = {**get_ops_conf().retention, "lost": None}
+    Incident.objects.filter(pk=recent).update(resolved_at=long_ago)
+    AlertDelivery.objects.update(state="delivered")
+    assert retention.prune(retention=forever).incidents == 0

@@ -452,6 +452,7 @@ class Command(BaseCommand):
                     "deleted": dict(result.deleted),
                     "cutoffs": {k: v.isoformat() for k, v in result.cutoffs.items()},
                     "beat_heartbeats": result.beat_heartbeats,
+                    "incidents": result.incidents,
                 }
             )
             return
