@@ -46,6 +46,16 @@ class ScheduleType(models.TextChoices):
     CONTINUOUS = "continuous", "continuous (always running on one node)"
 
 
+# The form fields each kind of schedule reads; the page shows only the chosen kind's
+# (jobs/templates/admin/jobs/job/change_form.html).
+FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
+    ScheduleType.INTERVAL: ("every",),
+    ScheduleType.CRON: ("cron", "timezone"),
+    ScheduleType.ONE_OFF: ("run_at",),
+    ScheduleType.CONTINUOUS: (),
+}
+
+
 class ArgumentsField(forms.JSONField):
     """Django's JSON field, reading through ``jobs.jsonvalues``: whatever is typed (a NUL, an
     integer of thousands of digits, deep nesting) is a message on the field, never a 500."""

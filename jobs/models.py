@@ -14,6 +14,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django_celery_beat.models import PeriodicTask
 
+from jobs import timestamps
+
 
 class JobKind(models.TextChoices):
     PERIODIC = "periodic", "periodic"
@@ -343,7 +345,8 @@ class JobRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.job_id}@{self.scheduled_for.isoformat()} ({self.status})"
+        """The job's name and the slot, as pages title a run (select the job with it)."""
+        return f"{self.job.name} @ {timestamps.display(self.scheduled_for)}"
 
     @property
     def duration(self) -> float | None:

@@ -8,6 +8,7 @@ Every number is one query on the same tables the cluster writes.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,7 +17,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth.decorators import permission_required
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -42,6 +43,8 @@ from jobs.models import (
 
 WINDOWS_HOURS = (1, 3, 6, 12, 24)
 DEFAULT_HOURS = 3
+# The shortest chart: a few minutes of a young install still get bars wide enough to read.
+MIN_WINDOW = timedelta(minutes=10)
 MAX_BARS = 180
 PROBLEM_STATUSES = (RunStatus.FAILED, RunStatus.MISSED, RunStatus.LOST)
 # Runs whose function started: their lag says how late the cluster started work.
@@ -83,12 +86,31 @@ class Series:
         return {status: totals[status] for status in STATUS_COLOURS if totals[status]}
 
 
-def runs_per_bucket(now: datetime, hours: int) -> Series:
-    """Runs by slot and status over the last ``hours``, at most ``MAX_BARS`` buckets."""
-    minutes = max(1, hours * 60 // MAX_BARS)
+def chart_window(now: datetime, hours: int) -> timedelta:
+    """The last ``hours``, or less when the first run is younger: an install a few minutes old
+    fills the chart instead of a sliver at the right edge of it. Whole minutes, at least
+    ``MIN_WINDOW``."""
+    window = timedelta(hours=hours)
+    first = JobRun.objects.aggregate(first=Min("scheduled_for"))["first"]
+    if first is None or _chart_end(now) - first >= window:
+        return window
+    minutes = math.ceil((_chart_end(now) - first) / timedelta(minutes=1))
+    return max(MIN_WINDOW, timedelta(minutes=minutes))
+
+
+def _chart_end(now: datetime) -> datetime:
+    """The end of the minute ``now`` is in: the last bar holds the current minute."""
+    return now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
+def runs_per_bucket(now: datetime, window: timedelta) -> Series:
+    """Runs by slot and status over the last ``window`` (whole minutes), at most ``MAX_BARS``
+    buckets."""
+    window_minutes = int(window / timedelta(minutes=1))
+    minutes = max(1, math.ceil(window_minutes / MAX_BARS))
     bucket = timedelta(minutes=minutes)
-    end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    buckets = hours * 60 // minutes
+    end = _chart_end(now)
+    buckets = math.ceil(window_minutes / minutes)
     start = end - buckets * bucket
     rows = (
         JobRun.objects.filter(scheduled_for__gte=start, scheduled_for__lt=end)
@@ -107,7 +129,8 @@ def chart_svg(series: Series) -> SafeString:
     """A stacked bar chart of ``series``, with axes, hour labels and a tooltip per bar."""
     plot_w = _CHART_WIDTH - _LEFT - 10
     plot_h = _CHART_HEIGHT - _BOTTOM - _TOP
-    peak = max([series.total(i) for i in range(series.buckets)] + [1])
+    ticks = round_ticks(max([series.total(i) for i in range(series.buckets)] + [1]))
+    top = ticks[-1]
     bar_w = plot_w / series.buckets
     parts = [
         f'<svg class="runs-chart" role="img" viewBox="0 0 {_CHART_WIDTH} {_CHART_HEIGHT}" '
@@ -115,13 +138,13 @@ def chart_svg(series: Series) -> SafeString:
         f'font-family="sans-serif"><title>Runs per {_bucket_words(series.bucket)} by status'
         "</title>"
     ]
-    for fraction in (0.0, 0.5, 1.0):
-        y = _TOP + plot_h * (1 - fraction)
+    for value in ticks:
+        y = _TOP + plot_h * (1 - value / top)
         parts.append(
             f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
             'stroke="#ddd" stroke-width="1"/>'
-            f'<text x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" fill="#666">'
-            f"{peak * fraction:.0f}</text>"
+            f'<text class="y-tick" x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" '
+            f'fill="#666">{value}</text>'
         )
     for index in range(series.buckets):
         per_status = series.counts.get(index, {})
@@ -132,7 +155,7 @@ def chart_svg(series: Series) -> SafeString:
             count = per_status.get(status, 0)
             if not count:
                 continue
-            height = plot_h * count / peak
+            height = plot_h * count / top
             y -= height
             parts.append(
                 f'<rect class="bar status-{status}" x="{x:.2f}" y="{y:.2f}" '
@@ -155,12 +178,31 @@ def chart_svg(series: Series) -> SafeString:
     return mark_safe("".join(parts))  # numbers and escaped status names only
 
 
+def round_ticks(peak: int, most: int = 5) -> list[int]:
+    """The y-axis: 0 up to ``peak`` (at least 1) in at most ``most`` round steps: 1, 2 or 5
+    times a power of ten, the first multiple at or above ``peak`` on top."""
+    magnitude = 1
+    while True:
+        for multiple in (1, 2, 5):
+            step = multiple * magnitude
+            steps = max(1, math.ceil(peak / step))
+            if steps <= most:
+                return [step * i for i in range(steps + 1)]
+        magnitude *= 10
+
+
 def _label_step(span: timedelta) -> timedelta:
     """About six time labels along the axis."""
-    for minutes in (10, 30, 60, 120, 240):
+    for minutes in (1, 2, 5, 10, 30, 60, 120, 240):
         if span / timedelta(minutes=minutes) <= 8:
             return timedelta(minutes=minutes)
     return timedelta(hours=6)
+
+
+def _window_words(window: timedelta, hours: int) -> str:
+    if window == timedelta(hours=hours):
+        return f"last {hours} h"
+    return f"last {int(window / timedelta(minutes=1))} min (no run is older)"
 
 
 def _bucket_words(bucket: timedelta) -> str:
@@ -277,13 +319,15 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         hours = DEFAULT_HOURS
     now = timezone.now()
     day_ago = now - timedelta(hours=24)
-    series = runs_per_bucket(now, hours)
+    window = chart_window(now, hours)
+    series = runs_per_bucket(now, window)
     counts, latest_problems = problems(day_ago)
     context = {
         **admin.site.each_context(request),
         "title": "Jobs dashboard",
         "now": now,
         "hours": hours,
+        "window_words": _window_words(window, hours),
         "windows": WINDOWS_HOURS,
         "chart": chart_svg(series),
         "bucket_words": _bucket_words(series.bucket),

@@ -3,6 +3,8 @@ for every bad input, the changelist and its actions, and the read-only history p
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,7 +25,17 @@ from django_celery_beat.models import (
 from jobs import job, services
 from jobs.audit import Actor
 from jobs.guard import lease
-from jobs.models import AuditEntry, Job, JobKind, JobRun, Lease, Node, RunStatus, Trigger
+from jobs.models import (
+    AuditEntry,
+    Job,
+    JobKind,
+    JobRun,
+    Lease,
+    Node,
+    NodeState,
+    RunStatus,
+    Trigger,
+)
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every
 
@@ -554,3 +566,200 @@ def test_a_nul_in_an_admin_url_is_a_400_not_a_500(admin_client, url):
 
     assert response.status_code == 400
     assert b"NUL" in response.content
+
+
+# --- precise pages: times, titles, liveness, paused jobs, the job page's now -------------------
+
+SLOT = datetime(2026, 1, 5, 7, 45, 0, tzinfo=UTC)
+INSTANT = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+
+
+def _five_runs_ten_seconds_apart(name: str = "report") -> tuple[Job, list[JobRun]]:
+    ticking = make_job(name, schedule=Every(seconds=10))
+    runs = [
+        JobRun.objects.create(
+            job=ticking,
+            scheduled_for=SLOT + timedelta(seconds=10 * i),
+            status=RunStatus.SUCCEEDED,
+            started_at=SLOT + timedelta(seconds=10 * i + 1),
+            finished_at=SLOT + timedelta(seconds=10 * i + 3),
+        )
+        for i in range(5)
+    ]
+    return ticking, runs
+
+
+def test_run_list_times_have_seconds_and_the_zone(admin_client):
+    _five_runs_ten_seconds_apart()
+
+    page = admin_client.get(reverse("admin:jobs_jobrun_changelist")).content.decode()
+
+    for second in ("00", "10", "20", "30", "40"):
+        assert f"2026-01-05 07:45:{second} UTC" in page
+    assert "a.m." not in page
+
+
+def test_run_page_times_have_seconds_and_the_zone(admin_client):
+    _, runs = _five_runs_ten_seconds_apart()
+
+    page = admin_client.get(reverse("admin:jobs_jobrun_change", args=[runs[1].pk])).content
+    text = page.decode()
+
+    assert "2026-01-05 07:45:10 UTC" in text  # the slot
+    assert "2026-01-05 07:45:11 UTC" in text  # started
+    assert "2026-01-05 07:45:13 UTC" in text  # finished
+    assert re.search(rf"field-created_at.*?{INSTANT}", text, re.S)
+
+
+def test_job_page_runs_and_record_times_have_seconds_and_the_zone(admin_client):
+    ticking, _ = _five_runs_ten_seconds_apart()
+
+    page = admin_client.get(change_url(ticking)).content.decode()
+
+    for second in ("00", "10", "20", "30", "40"):
+        assert f"2026-01-05 07:45:{second} UTC" in page  # the recent runs' slots
+    assert "2026-01-05 07:45:41 UTC" in page  # a start
+    assert re.search(rf"field-updated_at.*?{INSTANT}", page, re.S)
+
+
+def test_job_list_next_and_last_slot_have_seconds_and_the_zone(admin_client):
+    _five_runs_ten_seconds_apart()
+
+    response = admin_client.get(CHANGELIST_URL)
+
+    page = response.content.decode()
+    last = re.search(r'<td class="field-last_run">(.*?)</td>', page, re.S).group(1)
+    assert "succeeded" in last and "2026-01-05 07:45:40 UTC" in last
+    following = re.search(r'<td class="field-next_slot">(.*?)</td>', page, re.S).group(1)
+    assert re.fullmatch(INSTANT, following)
+
+
+def test_lease_and_node_times_have_seconds_and_the_zone(admin_client):
+    lease.acquire("job:report", "w1@h:1:run-9", ttl=60)
+    Node.objects.create(name="w1@h", host="h", pid=1, started_at=SLOT, last_heartbeat=SLOT)
+
+    leases = admin_client.get(reverse("admin:jobs_lease_changelist")).content.decode()
+    nodes = admin_client.get(reverse("admin:jobs_node_changelist")).content.decode()
+
+    for column in ("acquired_at", "expires_at"):
+        assert re.search(rf'<td class="field-{column}[^"]*">{INSTANT}</td>', leases), column
+    assert '<td class="field-last_heartbeat nowrap">2026-01-05 07:45:00 UTC</td>' in nodes
+
+
+def test_a_run_is_titled_by_its_job_name_and_slot(admin_client):
+    ticking, runs = _five_runs_ten_seconds_apart("nightly-report")
+
+    page = admin_client.get(reverse("admin:jobs_jobrun_change", args=[runs[1].pk])).content
+    text = page.decode()
+
+    title = "nightly-report @ 2026-01-05 07:45:10 UTC"
+    assert str(runs[1]) == title
+    assert f"<h2>{title}</h2>" in text  # the page's subtitle
+    assert re.search(rf'<div class="breadcrumbs">.*?{re.escape(title)}.*?</div>', text, re.S)
+    assert f"{ticking.pk}@" not in text
+    job_page = admin_client.get(change_url(ticking)).content.decode()
+    assert title in job_page  # each recent run's caption on the job page
+
+
+def test_titled_runs_cost_no_query_per_run(admin_client):
+    ticking, _ = _five_runs_ten_seconds_apart()
+    lists = reverse("admin:jobs_jobrun_changelist")
+    admin_client.get(change_url(ticking))  # warm the session and content-type caches
+    with CaptureQueriesContext(connection) as five_runs:
+        admin_client.get(change_url(ticking))
+        admin_client.get(lists)
+    JobRun.objects.bulk_create(
+        JobRun(job=ticking, scheduled_for=SLOT + timedelta(minutes=i)) for i in range(1, 11)
+    )
+    with CaptureQueriesContext(connection) as fifteen_runs:
+        admin_client.get(change_url(ticking))
+        admin_client.get(lists)
+
+    assert len(fifteen_runs) == len(five_runs)
+
+
+def _nodes_alive_dead_and_stopped() -> None:
+    now = timezone.now()
+    Node.objects.create(name="alive@h", host="h", pid=1, started_at=now, last_heartbeat=now)
+    # Never shut down cleanly: its stored state still says alive.
+    Node.objects.create(
+        name="dead@h", host="h", pid=2, started_at=now, last_heartbeat=now - timedelta(hours=1)
+    )
+    Node.objects.create(
+        name="stopped@h",
+        host="h",
+        pid=3,
+        started_at=now,
+        last_heartbeat=now,
+        state=NodeState.STOPPED,
+    )
+
+
+@pytest.mark.parametrize("state", ["alive", "dead", "stopped"])
+def test_the_nodes_filter_lists_only_nodes_in_the_chosen_state(admin_client, state):
+    _nodes_alive_dead_and_stopped()
+    url = reverse("admin:jobs_node_changelist")
+
+    response = admin_client.get(url, {"liveness": state})
+
+    assert [node.name for node in response.context["cl"].result_list] == [f"{state}@h"]
+    everything = admin_client.get(url).content.decode()
+    assert f'href="?liveness={state}"' in everything  # a choice of the filter
+
+
+def test_a_paused_job_wears_a_badge_in_the_list(admin_client):
+    make_job("running-one")
+    paused = make_job("paused-one")
+    services.set_enabled(paused, False, actor=Actor.code("tests"))
+
+    page = admin_client.get(CHANGELIST_URL).content.decode()
+
+    assert 'paused-one <span class="job-paused">paused</span>' in page
+    assert page.count('class="job-paused"') == 1
+
+
+def test_the_job_list_keeps_the_lease_holder_in_six_columns(admin_client):
+    _job_with_history("report")
+
+    response = admin_client.get(CHANGELIST_URL)
+
+    model_admin = response.context["cl"].model_admin
+    assert len(model_admin.list_display) == 6 and model_admin.list_display[-1] == "lease"
+    assert '<td class="field-lease">worker@report #1</td>' in response.content.decode()
+
+
+def test_the_job_page_shows_its_next_slot_and_live_lease_holder(admin_client):
+    held = _job_with_history("report")
+
+    page = admin_client.get(change_url(held)).content.decode()
+
+    now = re.search(r'<fieldset class="module aligned ".*?</fieldset>', page, re.S).group(0)
+    assert ">Now</h2>" in now
+    assert re.search(rf'field-next_slot.*?<div class="readonly">{INSTANT}</div>', now, re.S)
+    assert re.search(r'field-lease.*?<div class="readonly">worker@report #1</div>', now, re.S)
+
+
+def test_a_paused_job_page_has_no_next_slot_and_no_holder_once_released(admin_client):
+    held = _job_with_history("report")
+    services.set_enabled(held, False, actor=Actor.code("tests"))
+    services.release_lease("report", actor=Actor.code("tests"))
+
+    page = admin_client.get(change_url(held)).content.decode()
+
+    assert re.search(r'field-next_slot.*?<div class="readonly">-</div>', page, re.S)
+    assert re.search(r'field-lease.*?<div class="readonly">-</div>', page, re.S)
+
+
+def test_the_form_knows_which_fields_each_schedule_kind_shows(admin_client):
+    page = admin_client.get(ADD_URL).content.decode()
+
+    script = re.search(r'<script id="schedule-fields" type="application/json">(.*?)</script>', page)
+    assert json.loads(script.group(1)) == {
+        "interval": ["every"],
+        "cron": ["cron", "timezone"],
+        "one_off": ["run_at"],
+        "continuous": [],
+    }
+    # Without JavaScript every schedule field is on the page, none hidden.
+    for name in ("every", "cron", "timezone", "run_at"):
+        assert re.search(rf'<div class="form-row field-{name}">', page), name

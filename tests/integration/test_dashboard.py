@@ -97,9 +97,90 @@ def test_the_chart_stacks_runs_per_minute_by_status(
 def test_windows_and_buckets() -> None:
     now = timezone.now()
     for hours in dashboard.WINDOWS_HOURS:
-        series = dashboard.runs_per_bucket(now, hours)
+        series = dashboard.runs_per_bucket(now, timedelta(hours=hours))
         assert series.buckets <= dashboard.MAX_BARS
         assert series.buckets * series.bucket == timedelta(hours=hours)
+
+
+def test_a_young_install_fills_the_chart_from_its_first_run(
+    make_job: Callable[..., Job],
+) -> None:
+    now = timezone.now().replace(second=15, microsecond=0)
+    first = now.replace(second=0) - timedelta(minutes=25)
+    JobRun.objects.create(job=make_job("report"), scheduled_for=first)
+
+    window = dashboard.chart_window(now, 3)
+    series = dashboard.runs_per_bucket(now, window)
+
+    # Up to the end of the current minute: 26 one-minute bars, the first run's in the first.
+    assert window == timedelta(minutes=26)
+    assert (series.start, series.buckets) == (first, 26)
+    assert series.counts == {0: {"scheduled": 1}}
+
+
+def test_a_young_install_s_page_says_its_window_and_draws_from_the_left(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    first = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=25)
+    JobRun.objects.create(job=make_job("report"), scheduled_for=first)
+
+    page = admin_client.get(URL).content.decode()  # the default window: 3 h
+
+    assert re.search(r"by status, last 2[67] min \(no run is older\)", page)
+    chart = page[page.index('<svg class="runs-chart"') :]
+    first_bar = re.search(r'<rect class="bar[^>]* x="([\d.]+)"', chart)
+    assert first_bar is not None
+    # At the left of the plot (it starts at x=40), not in the last 14 % of its width that
+    # 25 minutes of 3 h would leave.
+    assert float(first_bar.group(1)) < 100
+
+
+def test_the_window_is_never_shorter_than_ten_minutes(make_job: Callable[..., Job]) -> None:
+    now = timezone.now()
+    JobRun.objects.create(job=make_job("report"), scheduled_for=now - timedelta(seconds=20))
+
+    assert dashboard.chart_window(now, 3) == dashboard.MIN_WINDOW == timedelta(minutes=10)
+    series = dashboard.runs_per_bucket(now, dashboard.MIN_WINDOW)
+    assert (series.buckets, series.bucket) == (10, timedelta(minutes=1))
+
+
+def test_an_install_older_than_the_window_gets_the_whole_window(
+    make_job: Callable[..., Job],
+) -> None:
+    now = timezone.now().replace(second=15, microsecond=0)
+    first = now.replace(second=0) - timedelta(hours=5)
+    JobRun.objects.create(job=make_job("report"), scheduled_for=first)
+
+    assert dashboard.chart_window(now, 3) == timedelta(hours=3)
+    assert dashboard.chart_window(now, 24) == timedelta(minutes=301)
+
+
+@pytest.mark.parametrize(
+    ("peak", "ticks"),
+    [
+        (1, [0, 1]),
+        (3, [0, 1, 2, 3]),
+        (5, [0, 1, 2, 3, 4, 5]),
+        (7, [0, 2, 4, 6, 8]),
+        (23, [0, 5, 10, 15, 20, 25]),
+        (180, [0, 50, 100, 150, 200]),
+        (999, [0, 200, 400, 600, 800, 1000]),
+        (1001, [0, 500, 1000, 1500]),
+    ],
+)
+def test_y_axis_ticks_are_round(peak: int, ticks: list[int]) -> None:
+    assert dashboard.round_ticks(peak) == ticks
+
+
+def test_the_chart_labels_its_y_axis_with_round_ticks(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    _runs(make_job("report"), [RunStatus.SUCCEEDED] * 7, minutes_ago=2)
+
+    page = admin_client.get(URL).content.decode()
+
+    labels = re.findall(r'<text class="y-tick"[^>]*>(\d+)</text>', page)
+    assert labels == ["0", "2", "4", "6", "8"]
 
 
 def test_a_bad_window_falls_back_to_the_default(admin_client: Client) -> None:
