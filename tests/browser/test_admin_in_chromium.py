@@ -1,11 +1,7 @@
-"""The real admin in headless Chromium (Debian's, driven by Playwright; no browser is ever
-downloaded): log in, create an interval job on its one page, see its runs appear from a real
-beat and worker, run it now, pause it, and see the dashboard chart draw them. Each step leaves a
-screenshot under artifacts/browser/ (git-ignored); with JOBS_DOCS_SCREENSHOT=1 the dashboard's
-also replaces docs/dashboard.png.
-
-A machine without /usr/bin/chromium fails this test (`make test` installs it): a skipped
-browser test would look like a passing one.
+"""The real admin in headless Chromium: log in, create an interval job on its one page, see its
+runs appear from a real beat and worker, run it now, pause it, and see the dashboard chart draw
+them. Each step leaves a screenshot (tests/browser/conftest.py: ARTIFACTS); with
+JOBS_DOCS_SCREENSHOT=1 the dashboard's also replaces docs/dashboard.png.
 """
 
 from __future__ import annotations
@@ -13,70 +9,19 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from jobs.models import Job, JobRun, RunStatus
 from tests.acceptance.conftest import ROOT, Cluster, wait_for
+from tests.browser.conftest import shot
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
-LAUNCH_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = ROOT / "artifacts" / "browser"
 PASSWORD = "a-long-test-password-4242"
-
-
-@pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
-    # Playwright's sync API keeps an event loop running in this thread, which Django takes for
-    # async code; this test's own queries are ordinary synchronous ones.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: `apt-get install -y chromium chromium-driver` "
-            "(make test does this when `command -v chromium` fails)"
-        )
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_FLAGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-            # While Playwright's loop runs, Django keeps this test's connections apart from the
-            # thread's usual ones; close them here, or the test database could not be dropped.
-            connections.close_all()
-
-
-@pytest.fixture
-def page(browser: Browser, live_server: object) -> Iterator[Page]:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(
-        base_url=str(live_server), viewport={"width": 1280, "height": 900}
-    )
-    context.set_default_timeout(15_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
-
-
-def shot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def test_an_operator_creates_watches_runs_pauses_and_sees_the_chart(

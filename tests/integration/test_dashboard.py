@@ -126,7 +126,7 @@ def test_a_young_install_s_page_says_its_window_and_draws_from_the_left(
 
     page = admin_client.get(URL).content.decode()  # the default window: 3 h
 
-    assert re.search(r"by status, last 2[67] min \(no run is older\)", page)
+    assert re.search(r"by slot and status, last 2[67] min \(no run is older\)", page)
     chart = page[page.index('<svg class="runs-chart"') :]
     first_bar = re.search(r'<rect class="bar[^>]* x="([\d.]+)"', chart)
     assert first_bar is not None
