@@ -227,6 +227,28 @@ def mute(name: str, until: datetime | None, *, actor: Actor) -> Job:
     return job
 
 
+@transaction.atomic
+def set_alerts(
+    name: str, *, channels: str | None = None, reasons: list[str] | None = None, actor: Actor
+) -> Job:
+    """Change where a job's incidents are notified and for which reasons (``None``: unchanged);
+    a job declared in code stays managed by its code (these are no part of a declaration)."""
+    job = _locked(get_job(name))
+    before = {"alert_channels": job.alert_channels, "alert_reasons": job.alert_reasons}
+    if channels is not None:
+        job.alert_channels = channels
+    if reasons is not None:
+        job.alert_reasons = reasons
+    fields = ["alert_channels", "alert_reasons"]
+    # Only these two: what else the row holds is not this edit's business.
+    job.clean_fields(exclude=[f.name for f in Job._meta.fields if f.name not in fields])
+    job.save(update_fields=fields)
+    after = {"alert_channels": job.alert_channels, "alert_reasons": job.alert_reasons}
+    old, new = audit.changed(before, after)
+    audit.record(actor, AuditAction.EDIT, job=job, before=old, after=new)
+    return job
+
+
 def pause(name: str, *, actor: Actor) -> Job:
     return set_enabled(get_job(name), False, actor=actor)
 

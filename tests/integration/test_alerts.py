@@ -418,3 +418,22 @@ def test_the_dashboard_shows_open_incidents(
     page = admin_client.get("/admin/jobs/dashboard/").content.decode()
     incident = Incident.objects.get(job=job)
     assert f"/admin/jobs/incident/{incident.pk}/change/" in page and "boom from tests.fail" in page
+
+
+def test_the_cli_shows_and_sets_a_jobs_alerts(make_job: Callable[..., Job]) -> None:
+    make_job("nightly")
+    assert _jobs("alerts", "nightly") == "nightly: channels default, reasons all, muted no\n"
+    assert _jobs("alerts", "nightly", "--channels", "email", "--reasons", "lost,stuck") == (
+        "nightly: channels email, reasons lost, stuck, muted no\n"
+    )
+    job = Job.objects.get(name="nightly")
+    assert (job.alert_channels, job.alert_reasons) == ("email", ["lost", "stuck"])
+    entry = AuditEntry.objects.filter(job=job).order_by("-id").first()
+    assert entry is not None and entry.after == {
+        "alert_channels": "email",
+        "alert_reasons": ["lost", "stuck"],
+    }
+    with pytest.raises(CommandError, match="--reasons: Unknown reason"):
+        _jobs("alerts", "nightly", "--reasons", "late")
+    _jobs("alerts", "nightly", "--reasons", "all")
+    assert Job.objects.get(name="nightly").alert_reasons == []

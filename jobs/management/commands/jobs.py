@@ -59,6 +59,7 @@ VERBS = (
     "leases",
     "tasks",
     "prune",
+    "alerts",
     "mute",
     "unmute",
     "incidents",
@@ -151,6 +152,14 @@ class Command(BaseCommand):
         )
         prune.add_argument("--dry-run", action="store_true", help="Only count what would go.")
         prune.add_argument("--json", action="store_true", help="Print a JSON object.")
+        alerts = verbs.add_parser(
+            "alerts",
+            verb="alerts",
+            help="Show or set where a job's incidents are notified and for which reasons.",
+        )
+        alerts.add_argument("name", metavar="NAME")
+        alerts.add_argument("--channels", **POLICY_ARGUMENTS["alert_channels"])
+        alerts.add_argument("--reasons", **POLICY_ARGUMENTS["alert_reasons"])
         mute = verbs.add_parser(
             "mute",
             verb="mute",
@@ -321,6 +330,25 @@ class Command(BaseCommand):
     def _verb_remove(self, options: dict[str, Any]) -> None:
         services.remove(options["name"], actor=Actor.cli())
         self.stdout.write(f"removed {options['name']}")
+
+    def _verb_alerts(self, options: dict[str, Any]) -> None:
+        channels, reasons = options["channels"], options["reasons"]
+        if channels is None and reasons is None:
+            job = services.get_job(options["name"])
+        else:
+            try:
+                job = services.set_alerts(
+                    options["name"], channels=channels, reasons=reasons, actor=Actor.cli()
+                )
+            except ValidationError as exc:
+                flags = {"alert_channels": "--channels", "alert_reasons": "--reasons"}
+                raise cli.CliError("alerts", cli.validation_detail(exc, flags)) from None
+        muted = job.alerts_muted_until
+        self.stdout.write(
+            f"{job.name}: channels {job.alert_channels}, "
+            f"reasons {', '.join(job.alert_reasons) or 'all'}, "
+            f"muted {'until ' + muted.isoformat(timespec='seconds') if muted else 'no'}"
+        )
 
     def _verb_mute(self, options: dict[str, Any]) -> None:
         until = database_now() + timedelta(seconds=options["for_"])
