@@ -37,7 +37,7 @@ pytestmark = pytest.mark.acceptance
 
 SECRET = "acceptance-secret-" + "x" * 32
 START_TIMEOUT = 90
-FAILING_FOR = 12  # seconds of a job failing every second
+FAILING_FOR = 15  # seconds of a job failing every second
 
 
 def _alerting(cluster: Cluster, receiver: Receiver) -> None:
