@@ -705,10 +705,8 @@ def _json_block(value: Any) -> SafeString:
 # --- alerts ---------------------------------------------------------------------------------
 
 
-class DeliveryInline(admin.TabularInline):
+class DeliveryInline(ReadOnlyInline):
     model = AlertDelivery
-    extra = 0
-    can_delete = False
     fields = readonly_fields = (
         "event",
         "channel",
@@ -718,9 +716,6 @@ class DeliveryInline(admin.TabularInline):
         "delivered_at",
         "last_error",
     )
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Incident)

@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 from jobs.beat.entries import schedule_of
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.models import BeatHeartbeat, IncidentKind, Job, JobKind, Node
+from jobs.models import BeatHeartbeat, Incident, IncidentKind, Job, JobKind, Node
 from jobs.schedule.kinds import At
 from jobs.schedule.slots import latest_slot, period_after
 
@@ -221,17 +221,24 @@ def check_cluster() -> None:
     stale = get_ops_conf().beat_stale_after
     if time.monotonic() - _STARTED < stale:
         return
+    # Reads only, unless something changed: every worker runs this every few seconds.
+    open_kinds = set(
+        Incident.objects.filter(job=None, resolved_at__isnull=True).values_list("kind", flat=True)
+    )
     beats = BeatHeartbeat.objects.filter(last_seen__gt=Now() - timedelta(seconds=stale))
-    if beats.exists():
-        resolve_incidents(None, [IncidentKind.NO_BEAT])
-    else:
-        summary = f"no celery beat has reported for {stale:g} s: no slot is being fired"
-        _opened(open_incident(None, IncidentKind.NO_BEAT, "no_beat", summary), summary)
-    if with_liveness(Node.objects.all()).filter(liveness=Liveness.ALIVE).exists():
-        resolve_incidents(None, [IncidentKind.NO_NODE])
-    else:
-        summary = "no worker node is alive: no run can start"
-        _opened(open_incident(None, IncidentKind.NO_NODE, "no_node", summary), summary)
+    nodes = with_liveness(Node.objects.all()).filter(liveness=Liveness.ALIVE)
+    for kind, live, summary in (
+        (
+            IncidentKind.NO_BEAT,
+            beats.exists(),
+            f"no celery beat has reported for {stale:g} s: no slot is being fired",
+        ),
+        (IncidentKind.NO_NODE, nodes.exists(), "no worker node is alive: no run can start"),
+    ):
+        if live and kind in open_kinds:
+            resolve_incidents(None, [kind])
+        elif not live and kind not in open_kinds:
+            _opened(open_incident(None, kind, kind.value, summary), summary)
 
 
 class ClusterWatch:
