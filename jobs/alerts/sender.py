@@ -156,9 +156,11 @@ class AlertSender:
                         self._checks()
                     if outbox.any_due():
                         drain(holder)
-                except Exception as exc:
-                    log.exception("alert sender failed: %s", exc, extra={"action": "alerts"})
-                    if isinstance(exc, DatabaseError):
-                        connection.close()
+                except DatabaseError as exc:
+                    # The outbox waits in the database: nothing is lost, the next look retries.
+                    log.warning("alert sender: %s", exc, extra={"action": "alerts_db_error"})
+                    connection.close()
+                except Exception:
+                    log.exception("alert sender failed", extra={"action": "alerts"})
         finally:
             connection.close()  # this thread's own connection
