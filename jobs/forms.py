@@ -124,7 +124,9 @@ class JobForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ("name", "task", "enabled", "args", "kwargs", *POLICY_FIELDS)
-        field_classes = {"args": ArgumentsField, "kwargs": ArgumentsField}
+        # Every JSON field the page has reads through jobs.jsonvalues (the fuzzer found
+        # alert_reasons answering deep nesting with a 500).
+        field_classes = {name: ArgumentsField for name in ("args", "kwargs", "alert_reasons")}
         widgets = {
             "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
@@ -147,6 +149,11 @@ class JobForm(forms.ModelForm):
         if not isinstance(value, list):
             raise ValidationError('Positional arguments must be a JSON list, e.g. [1, "a"].')
         return value
+
+    def clean_alert_reasons(self) -> Any:
+        # Left empty: every reason (the column's default), never NULL.
+        value = self.cleaned_data.get("alert_reasons")
+        return [] if value is None else value
 
     def clean_kwargs(self) -> dict[str, Any]:
         value = self.cleaned_data.get("kwargs")

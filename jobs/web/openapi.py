@@ -21,6 +21,7 @@ from jobs.models import (
     RunStatus,
     Trigger,
 )
+from jobs.web.serializers import RUN_FIELDS
 
 IDEMPOTENCY_KEY_MAX = 200
 MAX_LIMIT = 500
@@ -198,22 +199,11 @@ _SCHEMAS: dict[str, Any] = {
     "Run": {
         "type": "object",
         "required": [
-            "id",
-            "job",
-            "scheduled_for",
-            "status",
-            "trigger",
-            "attempt",
-            "fencing_token",
-            "node",
-            "pid",
+            *RUN_FIELDS,
             "task_id",
             "created_at",
-            "started_at",
-            "finished_at",
             "lag_seconds",
             "duration_seconds",
-            "error",
             "idempotency_key",
             "retry_of",
         ],

@@ -38,6 +38,7 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every
+from tests.support.forms import job_form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -55,35 +56,7 @@ CHANGELIST_URL = reverse("admin:jobs_job_changelist")
 
 def form_data(**overrides: str) -> dict[str, str]:
     """What the add/change page posts for a valid interval job."""
-    data = {
-        "name": "report",
-        "task": TASK,
-        "enabled": "on",
-        "schedule_type": "interval",
-        "every": "10s",
-        "cron": "",
-        "timezone": "UTC",
-        "run_at_0": "",
-        "run_at_1": "",
-        "args": "[]",
-        "kwargs": '{"city": "Lyon"}',
-        "overlap": "skip",
-        "start_deadline": "300",
-        "catch_up": "latest",
-        "on_lost": "abandon",
-        "max_retries": "0",
-        "retry_backoff": "10",
-        "soft_time_limit": "",
-        "time_limit": "",
-        "lease_ttl": "30",
-        "min_hold": "0",
-        "queue": "default",
-        "priority": "",
-        "alert_channels": "default",
-        "alert_reasons": "[]",
-    }
-    data.update(overrides)
-    return data
+    return job_form_data(**{"task": TASK, "kwargs": '{"city": "Lyon"}', **overrides})
 
 
 def make_job(name: str = "existing", schedule: Any = None, **kwargs: Any) -> Job:
@@ -211,6 +184,9 @@ BAD_INPUTS = [
     pytest.param({"kwargs": '{"city": 1e400}'}, "kwargs", id="kwargs-infinite"),
     pytest.param({"kwargs": '{"city": NaN}'}, "kwargs", id="kwargs-nan"),
     pytest.param({"args": "[" * 100_000 + "]" * 100_000}, "args", id="args-deeply-nested"),
+    pytest.param(
+        {"alert_reasons": "[" * 100_000 + "]" * 100_000}, "alert_reasons", id="reasons-deep"
+    ),
     pytest.param({"kwargs": '{"city": ' + "[" * 200 + "]" * 200 + "}"}, "kwargs", id="kwargs-deep"),
     pytest.param({"schedule_type": "cron", "cron": "0 0 31 2 *"}, "cron", id="cron-never-fires"),
     pytest.param(
@@ -764,3 +740,9 @@ def test_the_form_knows_which_fields_each_schedule_kind_shows(admin_client):
     # Without JavaScript every schedule field is on the page, none hidden.
     for name in ("every", "cron", "timezone", "run_at"):
         assert re.search(rf'<div class="form-row field-{name}">', page), name
+
+
+def test_empty_alert_reasons_mean_every_reason(admin_client):
+    response = admin_client.post("/admin/jobs/job/add/", form_data(alert_reasons=""))
+    assert response.status_code == 302, form_errors(response)
+    assert Job.objects.get(name="report").alert_reasons == []

@@ -17,6 +17,7 @@ from jobs.audit import Actor
 from jobs.forms import JobForm
 from jobs.models import Job
 from jobs.schedule.kinds import Every
+from tests.support.forms import job_form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -24,33 +25,14 @@ TASK = "tests.record"  # registered by tests/support/jobs_under_test.py; takes l
 
 # A valid job to start each example from: every example then spoils one to three fields of
 # one kind with values that broke an edge once or sit on a limit, or with random text.
-VALID: dict[str, str] = {
-    "name": "fuzzed",
-    "task": TASK,
-    "enabled": "on",
-    "schedule_type": "interval",
-    "every": "10s",
-    "cron": "30 2 * * 1-5",
-    "timezone": "Europe/Paris",
-    "run_at_0": "2030-01-02",
-    "run_at_1": "09:30:00",
-    "args": "[]",
-    "kwargs": '{"log": "-"}',
-    "overlap": "skip",
-    "start_deadline": "300",
-    "catch_up": "latest",
-    "on_lost": "abandon",
-    "max_retries": "0",
-    "retry_backoff": "10",
-    "soft_time_limit": "",
-    "time_limit": "",
-    "lease_ttl": "30",
-    "min_hold": "0",
-    "queue": "default",
-    "priority": "",
-    "alert_channels": "default",
-    "alert_reasons": "[]",
-}
+VALID: dict[str, str] = job_form_data(
+    name="fuzzed",
+    task=TASK,
+    cron="30 2 * * 1-5",
+    timezone="Europe/Paris",
+    run_at_0="2030-01-02",
+    run_at_1="09:30:00",
+)
 SPOILED_TOGETHER: dict[str, tuple[list[str], list[str]]] = {
     "json": (
         ["args", "kwargs", "alert_reasons"],

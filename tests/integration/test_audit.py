@@ -28,6 +28,7 @@ from jobs.audit import Actor
 from jobs.guard import lease
 from jobs.models import ApiToken, AuditEntry, Job, JobRun
 from jobs.web import tokens
+from tests.support.forms import job_form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -49,35 +50,7 @@ def only(**filters: Any) -> AuditEntry:
 
 
 def admin_form(**overrides: str) -> dict[str, str]:
-    data = {
-        "name": "report",
-        "task": "tests.record",
-        "enabled": "on",
-        "schedule_type": "interval",
-        "every": "10s",
-        "cron": "",
-        "timezone": "UTC",
-        "run_at_0": "",
-        "run_at_1": "",
-        "args": "[]",
-        "kwargs": '{"log": "/tmp/audit.log"}',
-        "overlap": "skip",
-        "start_deadline": "300",
-        "catch_up": "latest",
-        "on_lost": "abandon",
-        "max_retries": "0",
-        "retry_backoff": "10",
-        "soft_time_limit": "",
-        "time_limit": "",
-        "lease_ttl": "30",
-        "min_hold": "0",
-        "queue": "default",
-        "priority": "",
-        "alert_channels": "default",
-        "alert_reasons": "[]",
-    }
-    data.update(overrides)
-    return data
+    return job_form_data(**{"kwargs": '{"log": "/tmp/audit.log"}', **overrides})
 
 
 def admin_action(client: Client, action: str, *jobs: Job) -> None:

@@ -1,0 +1,36 @@
+"""What the admin's job add/change page posts for a valid interval job."""
+
+from __future__ import annotations
+
+
+def job_form_data(**overrides: str) -> dict[str, str]:
+    """A valid interval job of ``tests.record``; ``overrides`` replace fields."""
+    data = {
+        "name": "report",
+        "task": "tests.record",
+        "enabled": "on",
+        "schedule_type": "interval",
+        "every": "10s",
+        "cron": "",
+        "timezone": "UTC",
+        "run_at_0": "",
+        "run_at_1": "",
+        "args": "[]",
+        "kwargs": '{"log": "-"}',
+        "overlap": "skip",
+        "start_deadline": "300",
+        "catch_up": "latest",
+        "on_lost": "abandon",
+        "max_retries": "0",
+        "retry_backoff": "10",
+        "soft_time_limit": "",
+        "time_limit": "",
+        "lease_ttl": "30",
+        "min_hold": "0",
+        "queue": "default",
+        "priority": "",
+        "alert_channels": "default",
+        "alert_reasons": "[]",
+    }
+    data.update(overrides)
+    return data
