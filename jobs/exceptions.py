@@ -42,3 +42,14 @@ class RunFailed(JobsError):
 
 class RunLost(JobsError):
     """Raised to Celery after a run was recorded ``lost`` (its lease lapsed while it ran)."""
+
+
+class NoJobForCall(JobsError):
+    """A guarded task was called but no job (or more than one) runs it: its call has no lease,
+    policies or history to share."""
+
+
+class DuplicateCall(JobsError):
+    """A guarded task with ``raise_on_duplicate`` was called while a run of its lock key holds
+    the lease or waits to run (celery-singleton's ``DuplicateTaskError``, celery-once's
+    ``AlreadyQueued``)."""

@@ -77,6 +77,8 @@ class Trigger(models.TextChoices):
     API = "api"
     CONTINUOUS = "continuous"
     RETRY = "retry"
+    # ``.delay()`` / ``.apply_async()`` of a guarded task (jobs.calls), outside the schedule.
+    CALL = "call"
 
 
 # A job's name is a path segment of the API (/api/jobs/<name>): a slash would make it one that
@@ -308,6 +310,13 @@ class JobRun(models.Model):
         blank=True,
         db_default="",
         help_text="The Idempotency-Key an API trigger carried: the same key never makes two runs.",
+    )
+    # A call's own arguments (jobs.calls, and its retries); NULL: the job's, as every other run.
+    args = models.JSONField(
+        null=True, blank=True, help_text="The arguments of this call (empty: the job's)."
+    )
+    kwargs = models.JSONField(
+        null=True, blank=True, help_text="The keyword arguments of this call (empty: the job's)."
     )
     # Counted into RunRollup, so /metrics reads totals instead of every run.
     folded = models.BooleanField(

@@ -82,7 +82,7 @@ class JobSpec:
             if callable(self.lock_key):
                 key = str(self.lock_key(*args, **kwargs))
             else:
-                key = self.lock_key.format(*args, **kwargs)
+                key = self.lock_key.format(*args, **self._named(args, kwargs))
         except Exception as exc:  # the declaration's own code: whatever it raises
             raise BadLockKey(f"cannot be derived from the arguments: {exc!r}") from exc
         if len(key) > LOCK_KEY_MAX_LENGTH:
@@ -92,6 +92,19 @@ class JobSpec:
         if "\x00" in key:
             raise BadLockKey("contains a NUL character with these arguments")
         return key
+
+    def _named(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A plain task's arguments by parameter name, however they were passed (defaults
+        included), so ``"sync:{city}"`` names ``sync.delay("Paris")`` and
+        ``sync.delay(city="Paris")`` alike; a job function's keyword arguments as given."""
+        if not self.plain:
+            return kwargs
+        try:
+            bound = inspect.signature(_callable_of(self.func)).bind_partial(*args, **kwargs)
+        except TypeError:
+            return kwargs
+        bound.apply_defaults()
+        return {**bound.arguments, **kwargs}
 
     @property
     def takes_ctx(self) -> bool:
@@ -221,7 +234,10 @@ def get(name: str) -> JobSpec:
             f"{name!r} is not a registered job function or Celery task; "
             f"known: {', '.join(task_names()) or 'none'}"
         )
-    return JobSpec(name=name, func=task, plain=True)
+    # A guarded task (jobs.calls.GuardedTask) may derive its lock key from its arguments, for
+    # its calls and its jobs' runs alike.
+    lock_key = getattr(task, "lock_key", None) if getattr(task, "jobs_guarded", False) else None
+    return JobSpec(name=name, func=task, plain=True, lock_key=lock_key)
 
 
 def names() -> list[str]:
@@ -245,8 +261,14 @@ def all_specs() -> list[JobSpec]:
 
 
 def keyed_names() -> frozenset[str]:
-    """The functions whose lock key comes from their arguments (each run's claim asks)."""
+    """The functions and guarded tasks whose lock key comes from their arguments (each run's
+    claim asks)."""
     return frozenset(_KEYED)
+
+
+def add_keyed_task(name: str) -> None:
+    """A guarded Celery task declared a lock key (``jobs.calls.GuardedTask``)."""
+    _KEYED.add(name)
 
 
 def is_registered(name: str) -> bool:

@@ -160,12 +160,13 @@ SELECT run.late, taken.token, taken.expires_at, l.holder, l.token
 # A retry is a new run of the same job: trigger 'retry', the next attempt, retry_of the run it
 # repeats. After an exception, when the runner passes a delay (retries left, backoff with
 # jitter from jobs.guard.policies). After a lost run, when the job says on_lost=retry, once: the
-# re-run of a lost run is not re-run again. Follows a CTE named `finished`.
+# re-run of a lost run is not re-run again. A call's arguments (jobs.calls) go with it. Follows a
+# CTE named `finished`.
 _RETRY_CTE = """
 retry AS (
-    INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, attempt, retry_of_id)
+    INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, attempt, retry_of_id, args, kwargs)
     SELECT f.job_id, now() + make_interval(secs => coalesce(%(retry_delay)s::float8, 0)),
-           'retry', f.attempt + 1, f.id
+           'retry', f.attempt + 1, f.id, f.args, f.kwargs
       FROM finished AS f JOIN jobs_job AS j ON j.id = f.job_id
      WHERE (f.status = 'failed' AND %(retry_delay)s::float8 IS NOT NULL)
         OR (f.status = 'lost' AND j.on_lost = 'retry'
@@ -193,7 +194,7 @@ WITH finished AS (
        SET status = %(status)s, finished_at = now(), error = %(error)s,
            traceback = %(traceback)s, result = %(result)s::jsonb
      WHERE id = %(run_id)s AND status = 'running' AND fencing_token IS NULL
-    RETURNING id, job_id, attempt, retry_of_id, status
+    RETURNING id, job_id, attempt, retry_of_id, status, args, kwargs
 ),
 {_RETRY_CTE}
 SELECT (SELECT status FROM finished), retry.id, retry.job_id, retry.scheduled_for
@@ -230,7 +231,8 @@ WITH finished AS (
                 ELSE NOT EXISTS (SELECT 1 FROM jobs_lease AS l
                                   WHERE l.key = r.lease_key AND l.token = r.fencing_token
                                     AND l.expires_at > {_AT}) END
-    RETURNING r.id, r.job_id, r.attempt, r.retry_of_id, r.status, r.node, r.error
+    RETURNING r.id, r.job_id, r.attempt, r.retry_of_id, r.status, r.node, r.error, r.args,
+              r.kwargs
 ),
 {_RETRY_CTE}
 SELECT f.id, f.job_id, retry.id, retry.scheduled_for, f.node, f.error

@@ -11,6 +11,7 @@ from typing import Any
 
 from celery import Task, shared_task
 
+from jobs.calls import GuardedTask
 from jobs.context import JobContext
 from jobs.exceptions import LeaseLost
 
@@ -67,3 +68,41 @@ def fenced_write(log: str, seconds: float = 30.0, *, ctx: JobContext) -> str:
 def boom() -> None:
     """Always raises."""
     raise RuntimeError("boom from a plain task")
+
+
+# Guarded tasks (jobs.calls): their .delay() calls share their job's lease. Each writes one line
+# per execution, "note start end pid", so tests read from the task's own side whether two
+# executions overlapped.
+
+
+def _span(log: str, note: str, seconds: float) -> str:
+    start = time.time()
+    if seconds:
+        time.sleep(seconds)
+    _append(log, f"{note} {start:.6f} {time.time():.6f} {os.getpid()}")
+    return note
+
+
+@shared_task(base=GuardedTask)
+def guarded_span(log: str, note: str = "", seconds: float = 0.0) -> str:
+    """One call at a time with the job's runs (the job's own lock key)."""
+    return _span(log, note, seconds)
+
+
+@shared_task(base=GuardedTask, lock_key="city:{city}")
+def guarded_city(log: str, city: str, seconds: float = 0.0) -> str:
+    """One call at a time per city (celery-singleton's unique_on, celery-once's keys)."""
+    return _span(log, city, seconds)
+
+
+@shared_task(base=GuardedTask, raise_on_duplicate=True)
+def guarded_once(log: str, note: str = "", seconds: float = 0.0) -> str:
+    """A call while another holds or waits for the lease raises DuplicateCall."""
+    return _span(log, note, seconds)
+
+
+@shared_task(base=GuardedTask)
+def guarded_boom(log: str, note: str = "") -> None:
+    """Always raises (its retries keep the call's arguments)."""
+    _append(log, note)
+    raise RuntimeError(f"boom {note}")

@@ -1,0 +1,213 @@
+"""Ad-hoc calls of a guarded Celery task: ``.delay()`` / ``.apply_async()`` outside the schedule
+take the same lease as the task's scheduled runs (celery-singleton / celery-once parity).
+
+A task declared with ``base=GuardedTask`` never gets a message of its own. A call records a run
+of the job that runs the task (trigger ``call``, the call's arguments on the run) and publishes
+it like any run, to the runner task under the job's name: the worker claims it, takes the lease
+per lock key (its fencing token on the run) and follows the job's overlap policy when the lease
+is held (``skip``: recorded skipped, naming the holder; ``wait``: runs once the lease frees,
+within the start deadline; ``replace``: asks the holder to stop). With ``raise_on_duplicate``
+the call itself raises ``DuplicateCall`` while the key's lease is held or a run of it waits.
+
+Tasks without this base are untouched: their calls write nothing and cost nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import types
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from celery import Task
+from celery.result import AsyncResult
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import dispatch, jsonvalues, registry
+from jobs.exceptions import BadLockKey, DuplicateCall, NoJobForCall, NotTriggerable
+from jobs.models import LIVE_LEASE, Job, JobKind, JobRun, Lease, RunStatus, Trigger
+
+log = logging.getLogger(__name__)
+
+# apply_async options a call takes: when it may start. The job decides the rest (queue,
+# priority, time limits), as for its scheduled runs.
+CALL_OPTIONS = frozenset({"countdown", "eta"})
+# Options Celery itself may pass along that change nothing for a run's message.
+IGNORED_OPTIONS = frozenset({"producer", "add_to_parent"})
+PENDING = (RunStatus.SCHEDULED, RunStatus.RUNNING)
+
+
+class GuardedTask(Task):
+    """Base class of a task whose calls are guarded: ``@shared_task(base=GuardedTask)``.
+
+    Options (as task options, ``@shared_task(base=GuardedTask, lock_key="sync:{city}")``):
+
+    - ``job``: the name of the job whose lease, policies and history the calls share; by
+      default the one job that runs this task.
+    - ``lock_key``: a format string over the task's arguments (by name or position) or a
+      callable taking them; calls with different keys run at once, as the job's runs of them.
+      By default the job's own key (one at a time, whatever the arguments).
+    - ``raise_on_duplicate``: raise ``DuplicateCall`` at the call while the key's lease is held
+      or a run of it waits, instead of recording a run for the overlap policy to settle.
+    """
+
+    jobs_guarded = True
+    job: str | None = None
+    lock_key: str | Callable[..., str] | None = None
+    raise_on_duplicate: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name") or cls.__name__
+        raw = cls.__dict__.get("lock_key")
+        if isinstance(raw, types.FunctionType):
+            cls.lock_key = staticmethod(raw)
+        if cls.lock_key is not None and not (isinstance(raw, str) or callable(cls.lock_key)):
+            raise TypeError(f"{name}: lock_key must be a format string or a callable")
+        if cls.job is not None and not isinstance(cls.job, str):
+            raise TypeError(f"{name}: job must be a job's name")
+        if not isinstance(cls.raise_on_duplicate, bool):
+            raise TypeError(f"{name}: raise_on_duplicate must be True or False")
+        if "name" in cls.__dict__ and cls.lock_key is not None:
+            registry.add_keyed_task(cls.__dict__["name"])
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        given = {"task_id": task_id, "link": link, "link_error": link_error, "shadow": shadow}
+        given.update(options)
+        refused = sorted(
+            option
+            for option, value in given.items()
+            if value is not None and option not in CALL_OPTIONS | IGNORED_OPTIONS
+        )
+        if refused:
+            raise TypeError(
+                f"{self.name}: a guarded call takes no {', '.join(refused)} "
+                f"(only {', '.join(sorted(CALL_OPTIONS))}; the job sets queue, priority and limits)"
+            )
+        run = call(
+            self,
+            list(args or ()),
+            dict(kwargs or {}),
+            start_at=_start_at(options.get("countdown"), options.get("eta")),
+        )
+        return self.AsyncResult(dispatch.task_id_for(run.pk))
+
+
+def call(
+    task: GuardedTask, args: list[Any], kwargs: dict[str, Any], *, start_at: datetime
+) -> JobRun:
+    """Record a run of ``task``'s job for this call (trigger ``call``) and publish it after
+    commit; refuse it with ``DuplicateCall`` when the task says ``raise_on_duplicate`` and its
+    key is taken."""
+    spec = registry.get(task.name)
+    try:
+        spec.check_arguments(args, kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{task.name}: {exc}") from None
+    for field, value in (("args", args), ("kwargs", kwargs)):
+        _check_storable(task.name, field, value)
+    with transaction.atomic():
+        job = _job_of(task, lock=task.raise_on_duplicate)
+        try:
+            key = spec.derive_lock_key(args, kwargs) if spec.lock_key else job.lock_key
+        except BadLockKey as exc:
+            raise BadLockKey(f"{task.name}: its lock key {exc}") from None
+        if task.raise_on_duplicate:
+            _refuse_duplicate(task, job, spec, key)
+        run = JobRun.objects.create(
+            job=job, scheduled_for=start_at, trigger=Trigger.CALL, args=args, kwargs=kwargs
+        )
+        # After commit, so the worker finds the run; a broker outage leaves it scheduled for
+        # maintenance to re-publish (a call is recorded whatever the broker does).
+        transaction.on_commit(lambda: _publish(job, run), robust=True)
+    return run
+
+
+def _start_at(countdown: float | None, eta: datetime | None) -> datetime:
+    now = timezone.now()
+    if eta is not None:
+        if not isinstance(eta, datetime):
+            raise TypeError("eta must be a datetime")
+        return eta if timezone.is_aware(eta) else eta.replace(tzinfo=UTC)
+    if countdown is not None:
+        return now + timedelta(seconds=float(countdown))
+    return now
+
+
+def _check_storable(task: str, field: str, value: Any) -> None:
+    try:
+        jsonvalues.check_storable(json.loads(json.dumps(value)))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{task}: {field} cannot be stored as JSON: {exc}") from None
+
+
+def _job_of(task: GuardedTask, *, lock: bool) -> Job:
+    jobs = Job.objects.filter(task=task.name)
+    if task.job is not None:
+        jobs = Job.objects.filter(name=task.job)
+    if lock:
+        # Concurrent calls of one job decide one after the other whether the key is taken.
+        jobs = jobs.select_for_update()
+    found = list(jobs[:3])
+    if task.job is not None and not found:
+        raise NoJobForCall(
+            f"{task.name}: its calls share the job {task.job!r}, which does not exist"
+        )
+    if not found:
+        raise NoJobForCall(
+            f"{task.name}: no job runs this task, so its calls have no lease to share; "
+            f"add one (manage.py jobs add NAME --task {task.name} ...) or set job="
+        )
+    if len(found) > 1:
+        names = ", ".join(sorted(job.name for job in found))
+        raise NoJobForCall(f"{task.name}: several jobs run this task ({names}); set job= to choose")
+    job = found[0]
+    if job.task != task.name:
+        raise NoJobForCall(f"{task.name}: the job {job.name!r} runs {job.task!r}, not this task")
+    if job.kind == JobKind.CONTINUOUS:
+        raise NotTriggerable(f"{task.name}: the job {job.name!r} is continuous: it has no calls")
+    return job
+
+
+def _refuse_duplicate(task: GuardedTask, job: Job, spec: registry.JobSpec, key: str) -> None:
+    holder = Lease.objects.filter(LIVE_LEASE, key=key).values_list("holder", "token").first()
+    if holder is not None:
+        raise DuplicateCall(f"{task.name}: lease {key} is held by {holder[0]} (token {holder[1]})")
+    for run_id, args, kwargs in JobRun.objects.filter(job=job, status__in=PENDING).values_list(
+        "id", "args", "kwargs"
+    ):
+        if spec.lock_key is None or _key_of(spec, job, args, kwargs) == key:
+            raise DuplicateCall(f"{task.name}: run {run_id} of lock key {key} waits to run")
+
+
+def _key_of(spec: registry.JobSpec, job: Job, args: Any, kwargs: Any) -> str | None:
+    try:
+        return spec.derive_lock_key(
+            job.args if args is None else args, job.kwargs if kwargs is None else kwargs
+        )
+    except BadLockKey:
+        return None
+
+
+def _publish(job: Job, run: JobRun) -> None:
+    eta = run.scheduled_for if run.scheduled_for > timezone.now() else None
+    try:
+        dispatch.publish(job, run.pk, run.scheduled_for, eta=eta)
+    except Exception:
+        log.exception(
+            "publishing a call failed; it stays scheduled for maintenance to re-publish",
+            extra={"action": "publish_failed", "run_id": run.pk, "job": job.name},
+        )

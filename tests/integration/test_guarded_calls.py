@@ -1,0 +1,276 @@
+"""Ad-hoc calls of guarded tasks (``base=GuardedTask``, ``jobs.calls``): ``.delay()`` records a
+run of the task's job (trigger ``call``, with the call's arguments), the worker takes the same
+lease per lock key and follows the job's overlap policy; ``raise_on_duplicate`` refuses the call
+itself. Plain tasks without the base are untouched. Real PostgreSQL; the worker is
+``execute_run`` on threads, as in test_plain_tasks.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Task
+from django.db import connection
+from django.utils import timezone
+
+from jobs import registry
+from jobs.exceptions import DuplicateCall, NoJobForCall
+from jobs.guard.runner import execute_run
+from jobs.models import Job, JobRun, RunStatus, Trigger
+from tests.integration.conftest import Published
+from tests.support import plain_tasks
+from tests.support.plain_tasks import guarded_boom, guarded_city, guarded_once, guarded_span
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SPAN = "tests.support.plain_tasks.guarded_span"
+CITY = "tests.support.plain_tasks.guarded_city"
+ONCE = "tests.support.plain_tasks.guarded_once"
+BOOM = "tests.support.plain_tasks.guarded_boom"
+MakeJob = Callable[..., Job]
+
+
+def _spans(log: Path) -> list[tuple[str, float, float]]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(note, float(start), float(end)) for note, start, end, _ in map(str.split, lines)]
+
+
+def _on_a_worker_thread(run_id: int) -> threading.Thread:
+    def work() -> None:
+        try:
+            execute_run(run_id, task_id="t", node="n")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread
+
+
+def _wait_for_token(run_id: int) -> None:
+    deadline = time.monotonic() + 10
+    while not JobRun.objects.filter(pk=run_id, fencing_token__isnull=False).exists():
+        assert time.monotonic() < deadline, "the run never took its lease"
+        time.sleep(0.05)
+
+
+def _scheduled_run(job: Job) -> JobRun:
+    return JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.SCHEDULED)
+
+
+def _run_id(result: Any) -> int:
+    return int(result.id.removeprefix("jobrun-"))
+
+
+def test_a_call_is_a_run_of_the_job_under_its_lease(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    job = make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)})
+    result = guarded_span.delay(str(log), note="called")
+    run = JobRun.objects.get(pk=_run_id(result))
+    assert (run.job_id, run.trigger, run.status) == (job.pk, Trigger.CALL, RunStatus.SCHEDULED)
+    assert (run.args, run.kwargs) == ([str(log)], {"note": "called"})
+    assert published == [(run.pk, None)], "published once the run was committed"
+
+    execute_run(run.pk, task_id=result.id, node="n")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.lease_key == "job:sync" and run.fencing_token is not None
+    assert run.result == "called"
+    assert [note for note, _, _ in _spans(log)] == ["called"]
+
+
+def test_a_call_goes_to_the_runner_under_the_jobs_name(
+    make_job: MakeJob, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)})
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        guarded_span.app, "send_task", lambda name, **options: sent.append((name, options))
+    )
+    result = guarded_span.delay(str(tmp_path / "spans.log"))
+    [(name, options)] = sent
+    assert name == registry.RUN_TASK and options["shadow"] == "sync"
+    assert options["task_id"] == result.id and options["kwargs"]["run_id"] == _run_id(result)
+
+
+def test_a_call_while_a_scheduled_run_holds_the_lease_is_skipped_naming_it(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    job = make_job("sync", task=SPAN, kwargs={"log": str(log), "note": "slot", "seconds": 2})
+    scheduled = _scheduled_run(job)
+    worker = _on_a_worker_thread(scheduled.pk)
+    _wait_for_token(scheduled.pk)
+
+    call = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(log), note="call")))
+    execute_run(call.pk, task_id="c", node="n")
+    worker.join()
+    call.refresh_from_db()
+    assert call.status == RunStatus.SKIPPED and call.trigger == Trigger.CALL
+    assert "lease job:sync held by n:" in call.error and f"run-{scheduled.pk}" in call.error
+    assert [note for note, _, _ in _spans(log)] == ["slot"]
+
+
+def test_a_call_under_overlap_wait_runs_after_the_scheduled_run(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    kwargs = {"log": str(log), "note": "slot", "seconds": 1.5}
+    job = make_job("sync", task=SPAN, kwargs=kwargs, overlap="wait")
+    scheduled = _scheduled_run(job)
+    worker = _on_a_worker_thread(scheduled.pk)
+    _wait_for_token(scheduled.pk)
+
+    call = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(log), note="call")))
+    execute_run(call.pk, task_id="c", node="n")
+    worker.join()
+    call.refresh_from_db()
+    scheduled.refresh_from_db()
+    assert (scheduled.status, call.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
+    assert call.fencing_token == scheduled.fencing_token + 1  # type: ignore[operator]
+    [(first, _, slot_end), (second, call_start, _)] = _spans(log)
+    assert (first, second) == ("slot", "call") and call_start >= slot_end
+
+
+def test_two_concurrent_calls_run_one_at_a_time(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)}, overlap="wait")
+    calls = [_run_id(guarded_span.delay(str(log), note=f"c{n}", seconds=0.5)) for n in range(2)]
+    workers = [_on_a_worker_thread(run_id) for run_id in calls]
+    for worker in workers:
+        worker.join()
+    runs = JobRun.objects.filter(pk__in=calls)
+    assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
+    assert len({run.fencing_token for run in runs}) == 2
+    (_, _, first_end), (_, second_start, _) = sorted(_spans(log), key=lambda span: span[1])
+    assert second_start >= first_end, "the two calls overlapped"
+
+
+def test_a_lock_key_from_the_arguments_separates_calls_by_city(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    make_job("cities", task=CITY, kwargs={"log": str(log), "city": "Oslo"})
+    paris = _run_id(guarded_city.delay(str(log), "Paris", seconds=1.5))
+    worker = _on_a_worker_thread(paris)
+    _wait_for_token(paris)
+    # Another city runs at once; the same city, by position or by name, finds its lease held.
+    lyon = _run_id(guarded_city.delay(str(log), city="Lyon"))
+    paris_again = _run_id(guarded_city.delay(log=str(log), city="Paris"))
+    execute_run(lyon, task_id="l", node="n")
+    execute_run(paris_again, task_id="p", node="n")
+    worker.join()
+    runs = {run.pk: run for run in JobRun.objects.filter(trigger=Trigger.CALL)}
+    assert runs[paris].status == RunStatus.SUCCEEDED and runs[paris].lease_key == "city:Paris"
+    assert runs[lyon].status == RunStatus.SUCCEEDED and runs[lyon].lease_key == "city:Lyon"
+    assert runs[paris_again].status == RunStatus.SKIPPED
+    assert "lease city:Paris held by" in runs[paris_again].error
+
+
+def test_the_jobs_scheduled_runs_derive_the_same_key(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    job = make_job("cities", task=CITY, kwargs={"log": str(tmp_path / "l"), "city": "Oslo"})
+    assert CITY in registry.keyed_names()
+    run = _scheduled_run(job)
+    execute_run(run.pk, task_id="s", node="n")
+    run.refresh_from_db()
+    assert (run.status, run.lease_key) == (RunStatus.SUCCEEDED, "city:Oslo")
+
+
+def test_raise_on_duplicate_refuses_a_call_while_the_lease_is_held_or_a_call_waits(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    make_job("once", task=ONCE, kwargs={"log": str(tmp_path)})
+    first = _run_id(guarded_once.delay(str(log), note="first", seconds=1.5))
+    with pytest.raises(DuplicateCall, match=f"run {first} of lock key job:once waits"):
+        guarded_once.delay(str(log), note="queued twice")
+    worker = _on_a_worker_thread(first)
+    _wait_for_token(first)
+    with pytest.raises(DuplicateCall, match="lease job:once is held by n:"):
+        guarded_once.delay(str(log), note="while running")
+    worker.join()
+    again = _run_id(guarded_once.delay(str(log), note="after"))
+    execute_run(again, task_id="a", node="n")
+    assert [note for note, _, _ in _spans(log)] == ["first", "after"]
+    assert JobRun.objects.filter(trigger=Trigger.CALL).count() == 2, "refused calls record nothing"
+
+
+def test_a_failed_calls_retry_keeps_the_calls_arguments(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "boom.log"
+    make_job("boom", task=BOOM, kwargs={"log": str(log), "note": "job's"}, max_retries=1)
+    call = _run_id(guarded_boom.delay(str(log), note="call's"))
+    execute_run(call, task_id="c", node="n")
+    retry = JobRun.objects.get(retry_of_id=call)
+    assert (retry.trigger, retry.args, retry.kwargs) == ("retry", [str(log)], {"note": "call's"})
+    execute_run(retry.pk, task_id="r", node="n")
+    assert log.read_text().split() == ["call's", "call's"]
+
+
+def test_a_countdown_starts_the_call_later(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)})
+    before = timezone.now()
+    run = JobRun.objects.get(pk=_run_id(guarded_span.apply_async([str(tmp_path)], countdown=60)))
+    assert run.scheduled_for >= before + timedelta(seconds=60)
+    assert published == [(run.pk, run.scheduled_for)]
+
+
+def test_calls_that_cannot_be_guarded_are_refused_naming_why(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    with pytest.raises(NoJobForCall, match="no job runs this task"):
+        guarded_span.delay(str(tmp_path))
+    make_job("a", task=SPAN, kwargs={"log": str(tmp_path)})
+    with pytest.raises(TypeError, match="guarded_span: missing a required argument: 'log'"):
+        guarded_span.delay()
+    with pytest.raises(TypeError, match="guarded_span: kwargs cannot be stored as JSON"):
+        guarded_span.delay(str(tmp_path), note=object())
+    with pytest.raises(TypeError, match="a guarded call takes no link, queue"):
+        guarded_span.apply_async([str(tmp_path)], link=guarded_span.s(), queue="other")
+    make_job("b", task=SPAN, kwargs={"log": str(tmp_path)})
+    with pytest.raises(NoJobForCall, match=r"several jobs run this task \(a, b\)"):
+        guarded_span.delay(str(tmp_path))
+    assert not JobRun.objects.exists()
+
+
+def test_a_task_may_name_its_job(
+    make_job: MakeJob, published: Published, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(guarded_span, "job", "nightly")
+    with pytest.raises(NoJobForCall, match="its calls share the job 'nightly', which does not"):
+        guarded_span.delay(str(tmp_path))
+    make_job("other", task=SPAN, kwargs={"log": str(tmp_path)})
+    nightly = make_job("nightly", task=SPAN, kwargs={"log": str(tmp_path)})
+    run = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(tmp_path))))
+    assert run.job_id == nightly.pk
+    make_job("elsewhere", task=ONCE, kwargs={"log": str(tmp_path)})
+    monkeypatch.setattr(guarded_span, "job", "elsewhere")
+    with pytest.raises(NoJobForCall, match=f"the job 'elsewhere' runs {ONCE!r}, not this task"):
+        guarded_span.delay(str(tmp_path))
+
+
+def test_calls_of_an_unguarded_task_are_celerys_own(
+    django_assert_num_queries: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = plain_tasks.append._get_current_object()  # type: ignore[attr-defined]
+    assert type(task).apply_async is Task.apply_async
+    sent: list[str] = []
+    monkeypatch.setattr(task.app, "send_task", lambda name, *_, **options: sent.append(name))
+    with django_assert_num_queries(0):
+        plain_tasks.append.delay("/dev/null")
+    assert sent == ["tests.support.plain_tasks.append"]
+    assert not JobRun.objects.exists()
