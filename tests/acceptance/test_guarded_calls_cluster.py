@@ -1,0 +1,148 @@
+"""Guarded calls on real processes (``base=GuardedTask``, ``jobs.calls``): ``.delay()`` from this
+process, run by two workers through the runner task. Executions are read from the task's own
+file (start and end of each), runs from the database: concurrent calls never overlap, and a call
+while a scheduled run (fired by a real beat) holds the lease is skipped or waits, per the job's
+overlap policy, and recorded."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from jobs.audit import Actor
+from jobs.models import Job, JobRun, RunStatus, Trigger
+from jobs.schedule.kinds import Every
+from jobs.services import JobDefinition, create_job, pause
+from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.plain_tasks import guarded_span
+
+pytestmark = pytest.mark.acceptance
+
+SPAN = "tests.support.plain_tasks.guarded_span"
+TESTS = Actor.code("tests")
+START_TIMEOUT = 90
+BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
+
+
+def _spans(log: Path) -> list[tuple[str, float, float]]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(note, float(start), float(end)) for note, start, end, _ in map(str.split, lines)]
+
+
+def _overlapping(spans: list[tuple[str, float, float]]) -> list[tuple[str, str]]:
+    ordered = sorted(spans, key=lambda span: span[1])
+    return [(a[0], b[0]) for a, b in itertools.combinations(ordered, 2) if b[1] < a[2]]
+
+
+def _job(cluster: Cluster, log: Path, every: int, **policies: object) -> Job:
+    return create_job(
+        JobDefinition(
+            name="sync",
+            task=SPAN,
+            schedule=Every(every),
+            kwargs={"log": str(log), "note": "slot", "seconds": 3},
+            policies={"queue": cluster.queue, **policies},
+        ),
+        actor=TESTS,
+    )
+
+
+def _ready(cluster: Cluster, *names: str) -> None:
+    def ready() -> bool:
+        return all(
+            (" ready." if name.startswith("worker") else "beat loaded") in cluster.log_of(name)
+            for name in names
+        )
+
+    wait_for(ready, timeout=START_TIMEOUT, what=f"{', '.join(names)} started", poll=0.5)
+
+
+def _settled(runs: list[int]) -> bool:
+    pending = (RunStatus.SCHEDULED, RunStatus.RUNNING)
+    return not JobRun.objects.filter(pk__in=runs, status__in=pending).exists()
+
+
+def test_concurrent_calls_run_one_at_a_time_on_two_workers(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    cluster.start_worker("worker-a")
+    cluster.start_worker("worker-b")
+    _ready(cluster, "worker-a", "worker-b")
+    # Hourly and no beat: the calls are this job's only runs.
+    job = _job(cluster, log, every=3600, overlap="wait", start_deadline=120)
+    ids: list[str] = []
+
+    def call(n: int) -> None:
+        try:
+            ids.append(guarded_span.delay(str(log), note=f"call-{n}", seconds=1).id)
+        finally:
+            connection.close()  # this thread's own
+
+    callers = [threading.Thread(target=call, args=(n,)) for n in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    runs = [int(task_id.removeprefix("jobrun-")) for task_id in ids]
+    wait_for(lambda: _settled(runs), timeout=90, what="the four calls finished")
+
+    recorded = list(JobRun.objects.filter(job=job))
+    assert sorted(run.pk for run in recorded) == sorted(runs)
+    assert {(run.trigger, run.status) for run in recorded} == {(Trigger.CALL, RunStatus.SUCCEEDED)}
+    spans = _spans(log)
+    assert sorted(note for note, _, _ in spans) == [f"call-{n}" for n in range(4)]
+    assert _overlapping(spans) == [], "two calls ran at once"
+    # Each took the lease from the one before: tokens grow in the order the calls executed.
+    token_of = {run.kwargs["note"]: run.fencing_token or 0 for run in recorded}  # type: ignore[index]
+    tokens = [token_of[note] for note, _, _ in sorted(spans, key=lambda span: span[1])]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 4, tokens
+    # The workers ran them through the runner task, shown under the job's name.
+    logs = cluster.log_of("worker-a") + cluster.log_of("worker-b")
+    assert "Task sync[jobrun-" in logs and f"Task {SPAN}[" not in logs
+
+
+@pytest.mark.parametrize("overlap", ["skip", "wait"])
+def test_a_call_while_a_scheduled_run_holds_the_lease(
+    cluster: Cluster, tmp_path: Path, overlap: str
+) -> None:
+    log = tmp_path / "spans.log"
+    cluster.start_worker("worker-a")
+    cluster.start_worker("worker-b")
+    cluster.start_beat("beat-a", env=BEAT_ENV)
+    _ready(cluster, "worker-a", "worker-b", "beat-a")
+    job = _job(cluster, log, every=6, overlap=overlap, start_deadline=30)
+
+    def holding() -> JobRun | None:
+        return JobRun.objects.filter(
+            job=job,
+            trigger=Trigger.SCHEDULED,
+            status=RunStatus.RUNNING,
+            fencing_token__isnull=False,
+        ).first()
+
+    wait_for(lambda: holding() is not None, timeout=60, what="a scheduled run holding the lease")
+    slot = holding()
+    assert slot is not None
+    call = int(guarded_span.delay(str(log), note="call").id.removeprefix("jobrun-"))
+    wait_for(lambda: _settled([call, slot.pk]), timeout=60, what="the slot and the call finished")
+    pause(job.name, actor=TESTS)
+
+    run = JobRun.objects.get(pk=call)
+    slot.refresh_from_db()
+    assert run.trigger == Trigger.CALL and slot.status == RunStatus.SUCCEEDED
+    notes = [note for note, _, _ in _spans(log)]
+    if overlap == "skip":
+        assert run.status == RunStatus.SKIPPED
+        assert "lease job:sync held by" in run.error and f"run-{slot.pk} " in run.error
+        assert "call" not in notes
+    else:
+        # It waited for the slot's lease, then ran under the next token.
+        assert run.status == RunStatus.SUCCEEDED and notes.count("call") == 1
+        assert run.fencing_token is not None and slot.fencing_token is not None
+        assert run.fencing_token > slot.fencing_token
+    assert _overlapping(_spans(log)) == [], "the call and a slot ran at once"
