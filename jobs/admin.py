@@ -480,6 +480,8 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     fieldsets = [
         (None, {"fields": ["job_link", "scheduled_for", "status_badge", "trigger", "attempt"]}),
+        # A call's own arguments (jobs.calls); empty for every other run, which takes the job's.
+        ("Arguments of the call", {"fields": ["args", "kwargs"]}),
         (
             "Execution",
             {

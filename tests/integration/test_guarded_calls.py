@@ -6,6 +6,8 @@ itself. Plain tasks without the base are untouched. Real PostgreSQL; the worker 
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -15,13 +17,16 @@ from typing import Any
 
 import pytest
 from celery import Task
+from django.core.management import call_command
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from jobs import registry
 from jobs.exceptions import DuplicateCall, NoJobForCall
 from jobs.guard.runner import execute_run
-from jobs.models import Job, JobRun, RunStatus, Trigger
+from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from tests.integration.conftest import Published
 from tests.support import plain_tasks
 from tests.support.plain_tasks import guarded_boom, guarded_city, guarded_once, guarded_span
@@ -226,7 +231,20 @@ def test_a_countdown_starts_the_call_later(
     before = timezone.now()
     run = JobRun.objects.get(pk=_run_id(guarded_span.apply_async([str(tmp_path)], countdown=60)))
     assert run.scheduled_for >= before + timedelta(seconds=60)
-    assert published == [(run.pk, run.scheduled_for)]
+    at = timezone.now() + timedelta(minutes=5)
+    later = JobRun.objects.get(pk=_run_id(guarded_span.apply_async([str(tmp_path)], eta=at)))
+    assert later.scheduled_for == at
+    assert published == [(run.pk, run.scheduled_for), (later.pk, at)]
+
+
+def test_calling_the_task_directly_runs_it_inline_unguarded(
+    make_job: MakeJob, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)})
+    assert guarded_span(str(log), note="inline") == "inline"
+    assert [note for note, _, _ in _spans(log)] == ["inline"]
+    assert not JobRun.objects.exists()
 
 
 def test_calls_that_cannot_be_guarded_are_refused_naming_why(
@@ -274,3 +292,42 @@ def test_calls_of_an_unguarded_task_are_celerys_own(
         plain_tasks.append.delay("/dev/null")
     assert sent == ["tests.support.plain_tasks.append"]
     assert not JobRun.objects.exists()
+
+
+def test_a_call_holds_the_lease_for_the_jobs_ttl(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)}, lease_ttl=7)
+    call = _run_id(guarded_span.delay(str(tmp_path / "spans.log"), seconds=1))
+    worker = _on_a_worker_thread(call)
+    _wait_for_token(call)
+    held = Lease.objects.get(key="job:sync")
+    worker.join()
+    assert held.expires_at - held.acquired_at == timedelta(seconds=7)
+    assert held.token == JobRun.objects.get(pk=call).fencing_token
+
+
+def test_calls_show_in_the_api_and_the_cli_as_trigger_call(
+    make_job: MakeJob, published: Published, insider: Client, tmp_path: Path
+) -> None:
+    make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)})
+    call = _run_id(guarded_span.delay(str(tmp_path / "spans.log")))
+    _scheduled_run(make_job("other", task=SPAN, kwargs={"log": str(tmp_path)}))
+    api = insider.get("/api/runs", {"trigger": "call"}).json()["results"]
+    assert [(run["id"], run["job"], run["trigger"]) for run in api] == [(call, "sync", "call")]
+    out = io.StringIO()
+    call_command("jobs", "runs", "sync", "--json", stdout=out)
+    assert [(run["id"], run["trigger"]) for run in json.loads(out.getvalue())] == [(call, "call")]
+
+
+def test_the_admin_shows_a_calls_trigger_and_arguments(
+    make_job: MakeJob, published: Published, admin_client: Client, tmp_path: Path
+) -> None:
+    make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)})
+    call = _run_id(guarded_span.delay("/tmp/call-log", note="from-a-call"))
+    listed = admin_client.get(reverse("admin:jobs_jobrun_changelist"), {"trigger__exact": "call"})
+    assert listed.status_code == 200 and f'href="/admin/jobs/jobrun/{call}/change/' in (
+        listed.content.decode()
+    )
+    page = admin_client.get(reverse("admin:jobs_jobrun_change", args=[call])).content.decode()
+    assert "Arguments of the call" in page and "from-a-call" in page and "/tmp/call-log" in page
