@@ -2,7 +2,8 @@
 process, run by two workers through the runner task. Executions are read from the task's own
 file (start and end of each), runs from the database: concurrent calls never overlap, and a call
 while a scheduled run (fired by a real beat) holds the lease is skipped or waits, per the job's
-overlap policy, and recorded."""
+overlap policy, and recorded; a call on a worker killed -9 is recorded lost and retried, with the
+call's arguments, on the other."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job, pause
+from jobs.upkeep.recovery import recover_lost_runs
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.support.plain_tasks import guarded_span
 
@@ -146,3 +148,47 @@ def test_a_call_while_a_scheduled_run_holds_the_lease(
         assert run.fencing_token is not None and slot.fencing_token is not None
         assert run.fencing_token > slot.fencing_token
     assert _overlapping(_spans(log)) == [], "the call and a slot ran at once"
+
+
+def test_a_killed_workers_call_is_recorded_lost_and_retried_with_its_arguments(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    cluster.start_worker("worker-a")
+    cluster.start_worker("worker-b")
+    _ready(cluster, "worker-a", "worker-b")
+    job = _job(cluster, log, every=3600, lease_ttl=3, on_lost="retry", start_deadline=60)
+    call = int(guarded_span.delay(str(log), note="doomed", seconds=8).id.removeprefix("jobrun-"))
+
+    def holding() -> JobRun | None:
+        return JobRun.objects.filter(
+            pk=call, status=RunStatus.RUNNING, fencing_token__isnull=False
+        ).first()
+
+    wait_for(lambda: holding() is not None, timeout=60, what="the call holding the lease")
+    doomed = holding()
+    assert doomed is not None
+    holder, survivor = (
+        ("worker-a", "worker-b")
+        if doomed.node.startswith("worker-a@")
+        else ("worker-b", "worker-a")
+    )
+    cluster.kill(holder)  # SIGKILL, the whole process group, mid-call
+
+    def recovered() -> bool:
+        recover_lost_runs()
+        return JobRun.objects.filter(retry_of_id=call).exists()
+
+    wait_for(recovered, timeout=60, what="the call recorded lost and its retry made")
+    retry = JobRun.objects.get(retry_of_id=call)
+    wait_for(lambda: _settled([retry.pk]), timeout=60, what="the retry finished")
+    retry.refresh_from_db()
+    doomed.refresh_from_db()
+    assert doomed.status == RunStatus.LOST and "lapsed" in doomed.error
+    assert (retry.trigger, retry.status) == (Trigger.RETRY, RunStatus.SUCCEEDED)
+    assert (retry.args, retry.kwargs) == (doomed.args, doomed.kwargs)
+    assert retry.node.startswith(f"{survivor}@")
+    assert (retry.fencing_token or 0) > (doomed.fencing_token or 0)
+    # The killed call never finished its work; the retry did, once.
+    assert [note for note, _, _ in _spans(log)] == ["doomed"]
+    assert JobRun.objects.filter(job=job).count() == 2
