@@ -1,7 +1,7 @@
-"""Plain Celery tasks as jobs on real processes: two beats (one killed mid-way) and two workers,
-every slot of every job executed once, counted on the task's own side (a line per execution in
-a file), with the runs shown under the job's name (Celery's shadow) and never sent to the plain
-task itself."""
+"""Plain Celery tasks (guarded ones too) as jobs on real processes: two beats (one killed -9
+mid-way) and two workers, every slot of every job executed once, counted on the task's own side (a
+line per execution in a file), with the runs shown under the job's name (Celery's shadow) and
+never sent to the plain task itself."""
 
 from __future__ import annotations
 
@@ -25,12 +25,15 @@ START_TIMEOUT = 90
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
 APPEND = "tests.support.plain_tasks.append"
 BOUND = "tests.support.plain_tasks.bound"
+GUARDED = "tests.support.plain_tasks.guarded_span"
 TESTS = Actor.code("tests")
 
 
 def _plain_jobs(cluster: Cluster, log: Path) -> list[Job]:
     specs = [(f"append-{n}", APPEND, 1 + n % 2) for n in range(4)]
     specs += [(f"bound-{n}", BOUND, 1 + n % 2) for n in range(2)]
+    # A guarded task (base=GuardedTask): its slots are runs like any other's.
+    specs += [(f"guarded-{n}", GUARDED, 1 + n % 2) for n in range(2)]
     return [
         create_job(
             JobDefinition(
@@ -95,5 +98,6 @@ def test_plain_tasks_run_each_slot_once_across_beats_and_a_beat_kill(
     # Workers got every run through the guarded runner, named as the job, never the task itself.
     worker_logs = cluster.log_of("worker-a") + cluster.log_of("worker-b")
     assert "Task append-0[jobrun-" in worker_logs and "Task bound-1[jobrun-" in worker_logs
-    assert f"Task {APPEND}[" not in worker_logs and f"Task {BOUND}[" not in worker_logs
+    for task in (APPEND, BOUND, GUARDED):
+        assert f"Task {task}[" not in worker_logs, task
     assert f"Task {registry.RUN_TASK}[" not in worker_logs
