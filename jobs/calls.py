@@ -21,13 +21,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery import Task
-from celery.result import AsyncResult
+from celery import Task, states
+from celery.result import AsyncResult, EagerResult
 from django.db import transaction
 from django.utils import timezone
 
 from jobs import dispatch, jsonvalues, registry
 from jobs.exceptions import BadLockKey, DuplicateCall, NoJobForCall, NotTriggerable
+from jobs.guard.delivery import report
 from jobs.models import LIVE_LEASE, Job, JobKind, JobRun, Lease, RunStatus, Trigger
 
 log = logging.getLogger(__name__)
@@ -97,17 +98,27 @@ class GuardedTask(Task):
                 f"{self.name}: a guarded call takes no {', '.join(refused)} "
                 f"(only {', '.join(sorted(CALL_OPTIONS))}; the job sets queue, priority and limits)"
             )
+        eager = bool(self.app.conf.task_always_eager)
         run = call(
             self,
             list(args or ()),
             dict(kwargs or {}),
             start_at=_start_at(options.get("countdown"), options.get("eta")),
+            publish=not eager,
         )
-        return self.AsyncResult(dispatch.task_id_for(run.pk))
+        task_id = dispatch.task_id_for(run.pk)
+        if eager:
+            return _run_eagerly(self, run.pk, task_id)
+        return self.AsyncResult(task_id)
 
 
 def call(
-    task: GuardedTask, args: list[Any], kwargs: dict[str, Any], *, start_at: datetime
+    task: GuardedTask,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    start_at: datetime,
+    publish: bool = True,
 ) -> JobRun:
     """Record a run of ``task``'s job for this call (trigger ``call``) and publish it after
     commit; refuse it with ``DuplicateCall`` when the task says ``raise_on_duplicate`` and its
@@ -132,8 +143,25 @@ def call(
         )
         # After commit, so the worker finds the run; a broker outage leaves it scheduled for
         # maintenance to re-publish (a call is recorded whatever the broker does).
-        transaction.on_commit(lambda: _publish(job, run), robust=True)
+        if publish:
+            transaction.on_commit(lambda: _publish(job, run), robust=True)
     return run
+
+
+def _run_eagerly(task: GuardedTask, run_id: int, task_id: str) -> EagerResult:
+    """``task_always_eager`` (a project's tests): the run goes through the runner here and
+    now, under its lease, as a worker would run it; Celery's ``EagerResult`` tells the outcome
+    (``task_eager_propagates`` raises a failure, as for any eager task)."""
+    from jobs.guard.runner import execute_run  # the runner imports the whole guard
+
+    delivery = execute_run(run_id, task_id=task_id, node="eager")
+    try:
+        value: Any = report(delivery)
+    except Exception as exc:
+        if task.app.conf.task_eager_propagates:
+            raise
+        return EagerResult(task_id, exc, states.FAILURE, name=task.name)
+    return EagerResult(task_id, value, states.SUCCESS, name=task.name)
 
 
 def _start_at(countdown: float | None, eta: datetime | None) -> datetime:

@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from jobs import registry
-from jobs.exceptions import DuplicateCall, NoJobForCall
+from jobs.exceptions import DuplicateCall, NoJobForCall, RunFailed
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from tests.integration.conftest import Published
@@ -331,3 +331,35 @@ def test_the_admin_shows_a_calls_trigger_and_arguments(
     )
     page = admin_client.get(reverse("admin:jobs_jobrun_change", args=[call])).content.decode()
     assert "Arguments of the call" in page and "from-a-call" in page and "/tmp/call-log" in page
+
+
+def test_under_task_always_eager_a_call_runs_here_under_its_lease(
+    make_job: MakeJob, published: Published, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    conf = guarded_span.app.conf
+    assert not conf.task_always_eager and not conf.task_eager_propagates
+    conf.update(task_always_eager=True)
+    request.addfinalizer(lambda: conf.update(task_always_eager=False))
+    make_job("sync", task=SPAN, kwargs={"log": str(log), "note": "slot", "seconds": 1.5})
+    make_job("boom", task=BOOM, kwargs={"log": str(tmp_path / "boom.log")})
+
+    result = guarded_span.delay(str(log), note="eager")
+    assert (result.state, result.result) == ("SUCCESS", {"status": "succeeded", "result": "eager"})
+    run = JobRun.objects.get(pk=_run_id(result))
+    assert (run.status, run.lease_key) == (RunStatus.SUCCEEDED, "job:sync")
+
+    scheduled = _scheduled_run(Job.objects.get(name="sync"))
+    worker = _on_a_worker_thread(scheduled.pk)
+    _wait_for_token(scheduled.pk)
+    skipped: Any = guarded_span.delay(str(log), note="while held").result
+    worker.join()
+    assert skipped["status"] == "skipped" and "lease job:sync held by" in skipped["reason"]
+    failed = guarded_boom.delay(str(tmp_path / "boom.log"), note="eager")
+    assert failed.state == "FAILURE" and "boom eager" in str(failed.result)
+    conf.update(task_eager_propagates=True)
+    request.addfinalizer(lambda: conf.update(task_eager_propagates=False))
+    with pytest.raises(RunFailed, match="boom propagated"):
+        guarded_boom.delay(str(tmp_path / "boom.log"), note="propagated")
+    assert published == [], "an eager call sends no message"
+    assert [note for note, _, _ in _spans(log)] == ["eager", "slot"]
