@@ -26,6 +26,7 @@ from jobs.schedule.kinds import (
     Cron,
     Every,
     Schedule,
+    Solar,
     format_duration,
     parse_interval,
     validate_cron,
@@ -44,6 +45,8 @@ class ScheduleType(models.TextChoices):
     CRON = "cron", "cron"
     ONE_OFF = "one_off", "one-off"
     CONTINUOUS = "continuous", "continuous (always running on one node)"
+    # Only for a job whose entry already has one (an adopted SolarSchedule), kept as it is.
+    SOLAR = "solar", "solar (kept as its entry says)"
 
 
 # The form fields each kind of schedule reads; the page shows only the chosen kind's
@@ -53,6 +56,7 @@ FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
     ScheduleType.CRON: ("cron", "timezone"),
     ScheduleType.ONE_OFF: ("run_at",),
     ScheduleType.CONTINUOUS: (),
+    ScheduleType.SOLAR: (),
 }
 
 
@@ -139,6 +143,12 @@ class JobForm(forms.ModelForm):
         task_field = self.fields["task"]
         assert isinstance(task_field, forms.ChoiceField)
         task_field.choices = _task_choices(self.instance.task)
+        if not isinstance(self.stored_schedule, Solar):
+            schedule_field = self.fields["schedule_type"]
+            assert isinstance(schedule_field, forms.ChoiceField)
+            schedule_field.choices = [
+                choice for choice in ScheduleType.choices if choice[0] != ScheduleType.SOLAR
+            ]
         for name, value in _schedule_initial(self.instance, self.stored_schedule).items():
             self.initial.setdefault(name, value)
 
@@ -184,6 +194,8 @@ class JobForm(forms.ModelForm):
             return _cron(data.get("cron") or "", data.get("timezone") or "UTC")
         if schedule_type == ScheduleType.ONE_OFF:
             return _one_off(data.get("run_at"))
+        if schedule_type == ScheduleType.SOLAR:
+            return self.stored_schedule
         return None
 
     def _interval(self, text: str) -> Every:
@@ -279,7 +291,7 @@ def _stored_schedule(job: Job) -> Schedule | None:
         return None
     try:
         return entries.schedule_of(job.periodic_task)
-    except Exception:  # an unreadable entry (solar, a corrupted row): the operator types anew
+    except Exception:  # an unreadable entry (a corrupted row): the operator types anew
         return None
 
 
@@ -293,6 +305,8 @@ def _schedule_initial(job: Job, schedule: Schedule | None) -> dict[str, Any]:
         return {"schedule_type": ScheduleType.CRON, "cron": schedule.expr, "timezone": schedule.tz}
     if isinstance(schedule, At):
         return {"schedule_type": ScheduleType.ONE_OFF, "run_at": schedule.when}
+    if isinstance(schedule, Solar):
+        return {"schedule_type": ScheduleType.SOLAR}
     if job.kind == JobKind.CONTINUOUS:
         return {"schedule_type": ScheduleType.CONTINUOUS}
     return {}  # unreadable beat entry: the operator picks a schedule again

@@ -547,6 +547,7 @@ JOB_DISPLAY_RELATED = (
     "periodic_task__interval",
     "periodic_task__crontab",
     "periodic_task__clocked",
+    "periodic_task__solar",
     "schedule_error",
 )
 

@@ -11,7 +11,7 @@ Who wins: the entry and the job mirror each other, the last write wins. Code tha
 entry at every deploy (``PeriodicTask.objects.update_or_create(...)``) updates the job (``sync``);
 an edit of the job in the admin, CLI or API is written back to the entry (``jobs.beat.entries``), so
 the entry never holds a stale copy. An entry that cannot be adopted (its task is not registered,
-a solar schedule, a name a job already has...) is reported with the reason (a log line, a
+an absolute ``expires``, a name a job already has...) is reported with the reason (a log line, a
 notice on the admin's job list, ``jobs adopt --dry-run``) and left as it is; it is judged again
 at its next edit and at every beat start.
 """
@@ -234,10 +234,6 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
 
 
 def _check_schedule(entry: PeriodicTask) -> None:
-    if entry.solar is not None:
-        raise NotAdoptable(
-            f"a solar schedule ({entry.solar}) cannot be adopted: give it a crontab instead"
-        )
     try:
         schedule = entries.schedule_of(entry)
     except Exception as exc:
@@ -245,8 +241,8 @@ def _check_schedule(entry: PeriodicTask) -> None:
         raise NotAdoptable(f"its schedule cannot be read: {reason}") from None
     if entry.one_off and not isinstance(schedule, At):
         raise NotAdoptable(
-            "one_off with an interval or crontab schedule (once, at an instant that depends on "
-            "when a beat first saw it) cannot be adopted: give it a clocked schedule"
+            "one_off with an interval, crontab or solar schedule (once, at an instant that "
+            "depends on when a beat first saw it) cannot be adopted: give it a clocked schedule"
         )
 
 

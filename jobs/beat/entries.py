@@ -19,10 +19,11 @@ from django_celery_beat.models import (
     CrontabSchedule,
     IntervalSchedule,
     PeriodicTask,
+    SolarSchedule,
 )
 
 from jobs.models import Job
-from jobs.schedule.kinds import At, Cron, Every, Schedule
+from jobs.schedule.kinds import At, Cron, Every, Schedule, Solar
 
 _PERIOD_SECONDS = {
     IntervalSchedule.DAYS: 86400,
@@ -81,6 +82,9 @@ def schedule_of(task: PeriodicTask | None) -> Schedule | None:
         return Cron(expr=expr, tz=str(c.timezone))
     if task.clocked is not None:
         return At(when=task.clocked.clocked_time)
+    if task.solar is not None:
+        sun = task.solar
+        return Solar(event=sun.event, latitude=float(sun.latitude), longitude=float(sun.longitude))
     raise ValueError(f"beat entry {task.name!r} has no schedule")
 
 
@@ -105,6 +109,10 @@ def store(job: Job, schedule: Schedule) -> PeriodicTask:
             month_of_year=month_of_year,
             day_of_week=day_of_week,
             timezone=schedule.tz,
+        )
+    elif isinstance(schedule, Solar):
+        task.solar, _ = SolarSchedule.objects.get_or_create(
+            event=schedule.event, latitude=schedule.latitude, longitude=schedule.longitude
         )
     else:
         task.clocked = ClockedSchedule.objects.create(clocked_time=schedule.when.astimezone(UTC))

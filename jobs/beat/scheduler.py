@@ -40,6 +40,7 @@ from django_celery_beat.models import (
     CrontabSchedule,
     IntervalSchedule,
     PeriodicTask,
+    SolarSchedule,
 )
 
 from jobs.alerts.sender import AlertSender
@@ -80,7 +81,7 @@ _KEPT = {
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
 SELECT {", ".join("j." + column for column in _JOB_COLUMNS)},
-       t.id, t.start_time, t.interval_id, t.crontab_id, t.clocked_id
+       t.id, t.start_time, t.interval_id, t.crontab_id, t.clocked_id, t.solar_id
   FROM jobs_job AS j LEFT JOIN django_celery_beat_periodictask AS t ON t.id = j.periodic_task_id
  WHERE j.kind = 'periodic' AND j.enabled
 """
@@ -495,11 +496,12 @@ class ClusterScheduler(Scheduler):
         intervals = IntervalSchedule.objects.in_bulk({r[_JOB_WIDTH + 2] for r in rows} - {None})
         crontabs = CrontabSchedule.objects.in_bulk({r[_JOB_WIDTH + 3] for r in rows} - {None})
         clocked = ClockedSchedule.objects.in_bulk({r[_JOB_WIDTH + 4] for r in rows} - {None})
+        solars = SolarSchedule.objects.in_bulk({r[_JOB_WIDTH + 5] for r in rows} - {None})
         decoded: dict[tuple[Any, ...], Schedule | Exception] = {}
         for row in rows:
             key = (row[_JOB_WIDTH] is not None, *row[_JOB_WIDTH + 1 :])  # not the entry's id
             if key not in decoded:
-                decoded[key] = _decode(row[_NAME], key, intervals, crontabs, clocked)
+                decoded[key] = _decode(row[_NAME], key, intervals, crontabs, clocked, solars)
             schedule = decoded[key]
             if isinstance(schedule, Exception):
                 self._put_aside(row[_ID], row[_NAME], schedule)
@@ -516,9 +518,10 @@ def _decode(
     intervals: dict[Any, IntervalSchedule],
     crontabs: dict[Any, CrontabSchedule],
     clocked: dict[Any, ClockedSchedule],
+    solars: dict[Any, SolarSchedule],
 ) -> Schedule | Exception:
     """The schedule carried by a job's beat entry columns, or why there is none."""
-    has_entry, start_time, interval_id, crontab_id, clocked_id = key
+    has_entry, start_time, interval_id, crontab_id, clocked_id, solar_id = key
     if not has_entry:
         return ValueError("the job has no beat entry carrying its schedule")
     entry = PeriodicTask(
@@ -527,6 +530,7 @@ def _decode(
         interval=intervals.get(interval_id),
         crontab=crontabs.get(crontab_id),
         clocked=clocked.get(clocked_id),
+        solar=solars.get(solar_id),
     )
     try:
         schedule = entries.schedule_of(entry)

@@ -1,8 +1,9 @@
 """Schedule values and the parsing/validation of what people type for them.
 
 A schedule is a small frozen value: ``Every`` (an anchored interval), ``Cron`` (a five-field cron
-expression in a time zone) or ``At`` (one instant). Parsing errors are ``ValueError`` with a
-message meant for a human; the edges attach it to the field that was typed.
+expression in a time zone), ``At`` (one instant) or ``Solar`` (a daily solar event at a place).
+Parsing errors are ``ValueError`` with a message meant for a human; the edges attach it to the
+field that was typed.
 """
 
 from __future__ import annotations
@@ -84,7 +85,34 @@ class At:
             ) from None
 
 
-Schedule = Every | Cron | At
+# The events of django-celery-beat's SolarSchedule (celery.schedules.solar).
+SOLAR_EVENTS = (
+    "dawn_astronomical", "dawn_nautical", "dawn_civil", "sunrise", "solar_noon", "sunset",
+    "dusk_civil", "dusk_nautical", "dusk_astronomical",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Solar:
+    """Once a day at a solar ``event`` (sunrise, sunset, ...) seen from ``latitude`` /
+    ``longitude``: django-celery-beat's SolarSchedule, carried over by adoption."""
+
+    event: str
+    latitude: float
+    longitude: float
+
+    def __post_init__(self) -> None:
+        if self.event not in SOLAR_EVENTS:
+            raise ValueError(
+                f"{self.event!r} is not a solar event: one of {', '.join(SOLAR_EVENTS)}"
+            )
+        if not -90 <= self.latitude <= 90:
+            raise ValueError(f"latitude {self.latitude} is not between -90 and 90")
+        if not -180 <= self.longitude <= 180:
+            raise ValueError(f"longitude {self.longitude} is not between -180 and 180")
+
+
+Schedule = Every | Cron | At | Solar
 
 
 def parse_duration(text: str | int | float | timedelta) -> timedelta:
@@ -217,6 +245,9 @@ def describe(schedule: Schedule | None) -> str:
     if isinstance(schedule, Cron):
         words = get_description(schedule.expr)
         return f"{words} ({schedule.tz})"
+    if isinstance(schedule, Solar):
+        event = schedule.event.replace("_", " ")
+        return f"daily at {event} ({schedule.latitude:g}, {schedule.longitude:g})"
     return f"once at {schedule.when.astimezone(UTC).isoformat()}"
 
 

@@ -30,7 +30,8 @@ from functools import lru_cache
 
 from croniter import CroniterBadDateError, croniter
 
-from jobs.schedule.kinds import At, Cron, Every, Schedule, validate_timezone
+from jobs.schedule import solar
+from jobs.schedule.kinds import At, Cron, Every, Schedule, Solar, validate_timezone
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -51,6 +52,8 @@ def latest_slot(schedule: Schedule, now: datetime) -> datetime | None:
         return _cron_latest(schedule.expr, schedule.tz, now.astimezone(UTC))
     if isinstance(schedule, At):
         return schedule.when.astimezone(UTC) if schedule.when <= now else None
+    if isinstance(schedule, Solar):
+        return solar.latest(schedule, now)
     raise TypeError(f"not a schedule: {schedule!r}")
 
 
@@ -66,6 +69,8 @@ def next_slot(schedule: Schedule, now: datetime) -> datetime | None:
         return _cron_next(schedule.expr, schedule.tz, now.astimezone(UTC))
     if isinstance(schedule, At):
         return schedule.when.astimezone(UTC) if schedule.when > now else None
+    if isinstance(schedule, Solar):
+        return solar.following(schedule, now)
     raise TypeError(f"not a schedule: {schedule!r}")
 
 

@@ -30,8 +30,9 @@ from jobs.beat import adoption, changelog
 from jobs.beat import entries as beat_link
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import Job, ScheduleChange, ScheduleError
-from jobs.schedule.kinds import At, Cron, Every
+from jobs.schedule.kinds import At, Cron, Every, Solar
 from project.celery import app
+from tests.support.forms import job_form_data
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,16 +130,59 @@ def test_an_entry_that_cannot_be_adopted_is_reported_with_its_reason(
     assert list(Job.objects.values_list("name", flat=True)) == ["good"]
 
 
-def test_solar_entries_and_name_collisions_are_reported() -> None:
+def test_solar_entries_are_adopted_scheduled_and_kept_by_the_admin(admin_client: Client) -> None:
+    solar = SolarSchedule.objects.create(event="sunrise", latitude=48.85, longitude=2.35)
+    entry = _entry("at dawn", solar=solar, interval=None, queue="dawn")
+    beat = _beat()
+    _tick(beat)
+    job = Job.objects.select_related("periodic_task__solar").get(name="at dawn")
+    assert job.adopted and job.periodic_task == entry
+    schedule = beat_link.schedule_of(job.periodic_task)
+    assert schedule == Solar("sunrise", 48.85, 2.35)
+    assert beat._entries[job.pk].schedule == schedule
+    assert not ScheduleError.objects.filter(job=job).exists()
+
+    page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "solar (kept as its entry says)" in page
+    # Saving the job's page for another field keeps the entry's solar schedule.
+    data = job_form_data(
+        name="at dawn", task=APPEND, schedule_type="solar", queue="mornings",
+        args='["/tmp/never-written"]', kwargs="{}",
+    )  # fmt: skip
+    response = admin_client.post(f"/admin/jobs/job/{job.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    entry.refresh_from_db()
+    assert (entry.queue, entry.solar_id, entry.interval_id) == ("mornings", solar.pk, None)
+    listed = admin_client.get("/admin/jobs/job/").content.decode()
+    assert "daily at sunrise (48.85, 2.35)" in listed
+
+
+def test_an_edit_of_a_solar_row_reaches_the_beat_within_a_tick() -> None:
     solar = SolarSchedule.objects.create(event="sunrise", latitude=48.85, longitude=2.35)
     _entry("at dawn", solar=solar, interval=None)
+    beat = _beat()
+    _tick(beat)
+    job = Job.objects.get(name="at dawn")
+    SolarSchedule.objects.filter(pk=solar.pk).update(event="sunset")  # as SQL would
+    _tick(beat)
+    assert beat._entries[job.pk].schedule == Solar("sunset", 48.85, 2.35)
+
+
+def test_a_solar_choice_is_only_offered_for_a_solar_job(admin_client: Client) -> None:
+    page = admin_client.get("/admin/jobs/job/add/").content.decode()
+    assert "solar (kept" not in page
+    response = admin_client.post("/admin/jobs/job/add/", job_form_data(schedule_type="solar"))
+    assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    assert not Job.objects.exists()
+
+
+def test_name_collisions_are_reported() -> None:
     services.create_job(
         services.JobDefinition(name="taken", task=APPEND, schedule=Every(60), args=["l"]),
         actor=TESTS,
     )
     _entry("taken")
     verdicts = {verdict.name: verdict.reason for verdict in adoption.preview()}
-    assert "a solar schedule" in verdicts["at dawn"]
     assert "a job named 'taken' already exists" in verdicts["taken"]
 
 
