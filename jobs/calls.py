@@ -9,7 +9,8 @@ is held (``skip``: recorded skipped, naming the holder; ``wait``: runs once the 
 within the start deadline; ``replace``: asks the holder to stop). With ``raise_on_duplicate``
 the call itself raises ``DuplicateCall`` while the key's lease is held or a run of it waits.
 
-Tasks without this base are untouched: their calls write nothing and cost nothing more.
+Tasks without this base are untouched: their calls write nothing and cost nothing more. An
+``@job`` function is called the same way (``close_day.delay(day)``, see ``jobs.registry``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import json
 import logging
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery import Task, states
+from celery import Task, current_app, states
 from celery.result import AsyncResult, EagerResult
 from django.db import transaction
 from django.utils import timezone
@@ -87,57 +89,73 @@ class GuardedTask(Task):
         **options: Any,
     ) -> AsyncResult:
         given = {"task_id": task_id, "link": link, "link_error": link_error, "shadow": shadow}
-        given.update(options)
-        refused = sorted(
-            option
-            for option, value in given.items()
-            if value is not None and option not in CALL_OPTIONS | IGNORED_OPTIONS
+        caller = Caller(self.name, self.job, self.raise_on_duplicate)
+        return apply(caller, args, kwargs, {**given, **options})
+
+
+@dataclass(frozen=True)
+class Caller:
+    """What is called: a guarded task or an ``@job`` function (``name``), the job it names
+    (``None``: the one job that runs it), and whether a duplicate call raises."""
+
+    name: str
+    job: str | None = None
+    raise_on_duplicate: bool = False
+
+
+def apply(caller: Caller, args: Any, kwargs: Any, options: dict[str, Any]) -> AsyncResult:
+    """``apply_async`` of ``caller``: the call's run, published (or, under Celery's
+    ``task_always_eager``, run here); its result handle, ``jobrun-<id>`` as any run's task."""
+    refused = sorted(
+        option
+        for option, value in options.items()
+        if value is not None and option not in CALL_OPTIONS | IGNORED_OPTIONS
+    )
+    if refused:
+        raise TypeError(
+            f"{caller.name}: a guarded call takes no {', '.join(refused)} "
+            f"(only {', '.join(sorted(CALL_OPTIONS))}; the job sets queue, priority and limits)"
         )
-        if refused:
-            raise TypeError(
-                f"{self.name}: a guarded call takes no {', '.join(refused)} "
-                f"(only {', '.join(sorted(CALL_OPTIONS))}; the job sets queue, priority and limits)"
-            )
-        eager = bool(self.app.conf.task_always_eager)
-        run = call(
-            self,
-            list(args or ()),
-            dict(kwargs or {}),
-            start_at=_start_at(options.get("countdown"), options.get("eta")),
-            publish=not eager,
-        )
-        task_id = dispatch.task_id_for(run.pk)
-        if eager:
-            return _run_eagerly(self, run.pk, task_id)
-        return self.AsyncResult(task_id)
+    eager = bool(current_app.conf.task_always_eager)
+    run = call(
+        caller,
+        list(args or ()),
+        dict(kwargs or {}),
+        start_at=_start_at(options.get("countdown"), options.get("eta")),
+        publish=not eager,
+    )
+    task_id = dispatch.task_id_for(run.pk)
+    if eager:
+        return _run_eagerly(caller, run.pk, task_id)
+    return AsyncResult(task_id, app=current_app)
 
 
 def call(
-    task: GuardedTask,
+    caller: Caller,
     args: list[Any],
     kwargs: dict[str, Any],
     *,
     start_at: datetime,
     publish: bool = True,
 ) -> JobRun:
-    """Record a run of ``task``'s job for this call (trigger ``call``) and publish it after
-    commit; refuse it with ``DuplicateCall`` when the task says ``raise_on_duplicate`` and its
-    key is taken."""
-    spec = registry.get(task.name)
+    """Record a run of ``caller``'s job for this call (trigger ``call``) and publish it after
+    commit; refuse it with ``DuplicateCall`` when ``caller`` says ``raise_on_duplicate`` and
+    its key is taken."""
+    spec = registry.get(caller.name)
     try:
         spec.check_arguments(args, kwargs)
     except TypeError as exc:
-        raise TypeError(f"{task.name}: {exc}") from None
+        raise TypeError(f"{caller.name}: {exc}") from None
     for field, value in (("args", args), ("kwargs", kwargs)):
-        _check_storable(task.name, field, value)
+        _check_storable(caller.name, field, value)
     with transaction.atomic():
-        job = _job_of(task, lock=task.raise_on_duplicate)
+        job = _job_of(caller, lock=caller.raise_on_duplicate)
         try:
             key = spec.derive_lock_key(args, kwargs) if spec.lock_key else job.lock_key
         except BadLockKey as exc:
-            raise BadLockKey(f"{task.name}: its lock key {exc}") from None
-        if task.raise_on_duplicate:
-            _refuse_duplicate(task, job, spec, key)
+            raise BadLockKey(f"{caller.name}: its lock key {exc}") from None
+        if caller.raise_on_duplicate:
+            _refuse_duplicate(caller, job, spec, key)
         run = JobRun.objects.create(
             job=job, scheduled_for=start_at, trigger=Trigger.CALL, args=args, kwargs=kwargs
         )
@@ -148,7 +166,7 @@ def call(
     return run
 
 
-def _run_eagerly(task: GuardedTask, run_id: int, task_id: str) -> EagerResult:
+def _run_eagerly(caller: Caller, run_id: int, task_id: str) -> EagerResult:
     """``task_always_eager`` (a project's tests): the run goes through the runner here and
     now, under its lease, as a worker would run it; Celery's ``EagerResult`` tells the outcome
     (``task_eager_propagates`` raises a failure, as for any eager task)."""
@@ -158,10 +176,10 @@ def _run_eagerly(task: GuardedTask, run_id: int, task_id: str) -> EagerResult:
     try:
         value: Any = report(delivery)
     except Exception as exc:
-        if task.app.conf.task_eager_propagates:
+        if current_app.conf.task_eager_propagates:
             raise
-        return EagerResult(task_id, exc, states.FAILURE, name=task.name)
-    return EagerResult(task_id, value, states.SUCCESS, name=task.name)
+        return EagerResult(task_id, exc, states.FAILURE, name=caller.name)
+    return EagerResult(task_id, value, states.SUCCESS, name=caller.name)
 
 
 def _start_at(countdown: float | None, eta: datetime | None) -> datetime:
@@ -182,7 +200,7 @@ def _check_storable(task: str, field: str, value: Any) -> None:
         raise TypeError(f"{task}: {field} cannot be stored as JSON: {exc}") from None
 
 
-def _job_of(task: GuardedTask, *, lock: bool) -> Job:
+def _job_of(task: Caller, *, lock: bool) -> Job:
     jobs = Job.objects.filter(task=task.name)
     if task.job is not None:
         jobs = Job.objects.filter(name=task.job)
@@ -210,7 +228,7 @@ def _job_of(task: GuardedTask, *, lock: bool) -> Job:
     return job
 
 
-def _refuse_duplicate(task: GuardedTask, job: Job, spec: registry.JobSpec, key: str) -> None:
+def _refuse_duplicate(task: Caller, job: Job, spec: registry.JobSpec, key: str) -> None:
     holder = Lease.objects.filter(LIVE_LEASE, key=key).values_list("holder", "token").first()
     if holder is not None:
         raise DuplicateCall(f"{task.name}: lease {key} is held by {holder[0]} (token {holder[1]})")

@@ -94,17 +94,19 @@ class JobSpec:
         return key
 
     def _named(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """A plain task's arguments by parameter name, however they were passed (defaults
-        included), so ``"sync:{city}"`` names ``sync.delay("Paris")`` and
-        ``sync.delay(city="Paris")`` alike; a job function's keyword arguments as given."""
-        if not self.plain:
-            return kwargs
+        """The arguments by parameter name, however they were passed (defaults included), so
+        ``"sync:{city}"`` names ``sync.delay("Paris")`` and ``sync.delay(city="Paris")`` alike
+        (a job function's ``ctx`` left out)."""
+        ctx = [] if self.plain else [None]
         try:
-            bound = inspect.signature(_callable_of(self.func)).bind_partial(*args, **kwargs)
+            bound = inspect.signature(_callable_of(self.func)).bind_partial(*ctx, *args, **kwargs)
         except TypeError:
             return kwargs
         bound.apply_defaults()
-        return {**bound.arguments, **kwargs}
+        named = dict(bound.arguments)
+        if not self.plain:
+            named.pop(next(iter(named)), None)  # ctx
+        return {**named, **kwargs}
 
     @property
     def takes_ctx(self) -> bool:
@@ -218,6 +220,7 @@ def job(
         if lock_key is not None:
             _KEYED.add(name)
         _register_celery_task(name)
+        _add_calls(func, name)
         return func
 
     return register
@@ -336,6 +339,23 @@ def _asks_for_ctx(func: JobFunction) -> bool:
 
 def _qualified(func: JobFunction) -> str:
     return f"{func.__module__}.{func.__qualname__}"
+
+
+def _add_calls(func: JobFunction, name: str) -> None:
+    """``func.delay(*args, **kwargs)`` and ``func.apply_async(args, kwargs, countdown=, eta=)``:
+    an ad-hoc run of the job that runs ``func``, with these arguments, under its lease and
+    policies, as for a guarded Celery task (``jobs.calls``)."""
+
+    def apply_async(args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        from jobs.calls import Caller, apply  # needs the models, not ready while jobs import
+
+        return apply(Caller(name), args, kwargs, options)
+
+    def delay(*args: Any, **kwargs: Any) -> Any:
+        return apply_async(args, kwargs)
+
+    setattr(func, "apply_async", apply_async)  # noqa: B010  (a function, not a typed object)
+    setattr(func, "delay", delay)  # noqa: B010
 
 
 def _register_celery_task(name: str) -> None:

@@ -28,7 +28,7 @@ from jobs.exceptions import DuplicateCall, NoJobForCall, RunFailed
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from tests.integration.conftest import Published
-from tests.support import plain_tasks
+from tests.support import jobs_under_test, plain_tasks
 from tests.support.plain_tasks import guarded_boom, guarded_city, guarded_once, guarded_span
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -363,3 +363,23 @@ def test_under_task_always_eager_a_call_runs_here_under_its_lease(
         guarded_boom.delay(str(tmp_path / "boom.log"), note="propagated")
     assert published == [], "an eager call sends no message"
     assert [note for note, _, _ in _spans(log)] == ["eager", "slot"]
+
+
+def test_a_job_functions_delay_is_a_call_of_its_job(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "record.log"
+    make_job("rec", task="tests.record", kwargs={"log": str(tmp_path / "job.log")})
+    make_job("cities", task="tests.by_city", kwargs={"log": str(log), "city": "Oslo"})
+    run = JobRun.objects.get(pk=_run_id(jobs_under_test.record.delay(str(log))))  # type: ignore[attr-defined]
+    assert (run.trigger, run.args, run.kwargs) == (Trigger.CALL, [str(log)], {})
+    execute_run(run.pk, task_id="r", node="n")
+    run.refresh_from_db()
+    assert (run.status, run.lease_key) == (RunStatus.SUCCEEDED, "job:rec")
+    assert log.read_text().split()[0] == str(run.pk), "the function ran with the call's log"
+
+    paris = jobs_under_test.by_city.apply_async([str(log), "Paris"])  # type: ignore[attr-defined]
+    execute_run(_run_id(paris), task_id="p", node="n")
+    assert JobRun.objects.get(pk=_run_id(paris)).lease_key == "city:Paris"
+    with pytest.raises(TypeError, match=r"tests\.record: too many positional arguments"):
+        jobs_under_test.record.delay(str(log), 1, 2)  # type: ignore[attr-defined]

@@ -16,7 +16,8 @@ def test_a_declared_job_name_with_a_slash_is_refused_at_import() -> None:
 @pytest.mark.parametrize(
     ("lock_key", "message"),
     [
-        ("city:{city}", r"its lock key cannot be derived from the arguments: KeyError\('city'\)"),
+        # A placeholder that names no parameter (a parameter's default would fill it).
+        ("city:{town}", r"its lock key cannot be derived from the arguments: KeyError\('town'\)"),
         ("x" * 300, "its lock key is 300 characters long with these arguments, at most 255"),
         (lambda region: region, "its lock key cannot be derived from the arguments: TypeError"),
     ],
@@ -39,3 +40,13 @@ def test_the_lock_key_limit_is_the_lease_column() -> None:
 
     assert Lease._meta.get_field("key").max_length == registry.LOCK_KEY_MAX_LENGTH
     assert JobRun._meta.get_field("lease_key").max_length == registry.LOCK_KEY_MAX_LENGTH
+
+
+def test_a_lock_key_names_arguments_however_they_are_passed() -> None:
+    def by_name(ctx: object, region: str, city: str = "Paris") -> None:
+        """A job function (not registered: the spec is made here)."""
+
+    spec = registry.JobSpec(name="tests.keyed_by_name", func=by_name, lock_key="{region}:{city}")
+    assert spec.derive_lock_key(["eu"], {}) == "eu:Paris"
+    assert spec.derive_lock_key([], {"region": "eu", "city": "Oslo"}) == "eu:Oslo"
+    assert spec.derive_lock_key(["eu", "Lyon"], {}) == "eu:Lyon"
