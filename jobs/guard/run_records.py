@@ -106,8 +106,8 @@ _JOB_FIELDS = (
 # same transaction it takes the job's lease (lease.TAKE_OVER_IF_LAPSED_PG) when the key is the
 # job's own ('job:' || name, as Job.lock_key) — a key derived from arguments is computed in
 # Python (acquire_for_run) — and records skipped, naming the holder, when the lease is held and
-# the job's overlap policy is skip. It returns the job's columns, so the runner needs no other
-# read. The function (migration 0008) does only the branch a run takes, which costs the server
+# the job's overlap policy is skip. It returns the job's columns (with a call's own arguments in
+# place of the job's: jobs.calls, migration 0015), so the runner needs no other read. The function (migration 0008) does only the branch a run takes, which costs the server
 # less than one statement that builds every branch for every run.
 _CLAIM = """
 SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::integer,
