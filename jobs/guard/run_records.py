@@ -107,8 +107,9 @@ _JOB_FIELDS = (
 # job's own ('job:' || name, as Job.lock_key) — a key derived from arguments is computed in
 # Python (acquire_for_run) — and records skipped, naming the holder, when the lease is held and
 # the job's overlap policy is skip. It returns the job's columns (with a call's own arguments in
-# place of the job's: jobs.calls, migration 0015), so the runner needs no other read. The function (migration 0008) does only the branch a run takes, which costs the server
-# less than one statement that builds every branch for every run.
+# place of the job's: jobs.calls, migration 0015), so the runner needs no other read. The
+# function (migration 0008) does only the branch a run takes, which costs the server less than
+# one statement that builds every branch for every run.
 _CLAIM = """
 SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::integer,
                              %(task_id)s::text, %(holder)s::text, %(keyed_tasks)s::text[])
