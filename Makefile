@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test chromium rabbitmq-server faketime promtool manage lint format typecheck migrations-check ci lock clean
+.PHONY: run test chromium rabbitmq-server faketime promtool pgbouncer manage lint format typecheck migrations-check ci lock clean
 
 # Quiet, and on stderr: `make manage ARGS="jobs list --json"` prints only the command's output,
 # even the first time, when it installs.
@@ -26,7 +26,7 @@ $(INSTALLED): requirements/dev.txt pyproject.toml
 run: $(INSTALLED)
 	$(BIN)/python -m devtools run
 
-test: $(INSTALLED) chromium rabbitmq-server faketime promtool
+test: $(INSTALLED) chromium rabbitmq-server faketime promtool pgbouncer
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
 
 # The browser test drives Debian's Chromium (tests/browser); install it only when it is missing.
@@ -51,6 +51,12 @@ faketime:
 promtool:
 	@command -v promtool >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
+
+# The pooled-database scenarios run through Debian's PgBouncer in transaction pooling
+# (devtools/pgbouncer.py); install it only when it is missing.
+pgbouncer:
+	@test -x /usr/sbin/pgbouncer || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer; }
 
 # Silent (no echo of the command), so `make manage ARGS="jobs runs demo.quick --json"` is pure JSON.
 manage: $(INSTALLED)

@@ -105,6 +105,16 @@ try:
 except Exception as exc:  # dj-database-url raises bare ValueError/KeyError on bad schemes
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+_pooler = env.str("DATABASE_POOLER", "none")
+if _pooler not in ("none", "transaction"):
+    raise ImproperlyConfigured(
+        f"DATABASE_POOLER={_pooler!r} is not a pooling mode: use none or transaction."
+    )
+if _pooler == "transaction":
+    # PgBouncer in transaction pooling hands a server connection to another client after each
+    # transaction: no server-side prepared statement or cursor may outlive one.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -38,6 +38,7 @@ from celery import current_app
 from django.conf import settings
 from kombu import Connection
 
+from devtools.pgbouncer import Pooler, transaction_pooler
 from devtools.services import import_pgserver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,12 @@ class Cluster:
         """Every process started from now on uses the broker at ``url``."""
         assert not self.processes, "use_broker before starting any process"
         self.env["CELERY_BROKER_URL"] = url
+
+    def use_pooler(self, pooler: Pooler) -> None:
+        """Every process started from now on reaches PostgreSQL through ``pooler`` (PgBouncer in
+        transaction pooling), configured as the README says."""
+        assert not self.processes, "use_pooler before starting any process"
+        self.env.update(DATABASE_URL=pooler.url, DATABASE_POOLER="transaction")
 
     def start_worker(
         self,
@@ -244,6 +251,13 @@ class Broker:
         Celery app is configured with the suite's broker)."""
         with current_app.connection_for_write(self.url) as conn:
             yield conn.Producer()
+
+
+@pytest.fixture
+def pgbouncer(transactional_db: None) -> Iterator[Pooler]:
+    """A PgBouncer in transaction pooling in front of the tests' database; see ``use_pooler``."""
+    with transaction_pooler(live_database_url()) as pooler:
+        yield pooler
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])

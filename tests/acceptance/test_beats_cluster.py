@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from django.utils import timezone
 
+from devtools.pgbouncer import Pooler
 from devtools.services import free_port, start_redis
 from jobs.audit import Actor
 from jobs.dispatch import publish
@@ -137,6 +138,21 @@ def test_three_beats_fire_each_slot_once_through_kills_and_skewed_clocks(
     """3 beats (one exact, one 2.5 s ahead, one 2.5 s behind) + 2 workers, 20 jobs at 1-2 s
     for 30 s; the exact and the ahead beat are killed -9 after 12 s. On each broker."""
     cluster.use_broker(broker.url)
+    _three_beats_with_kills(cluster, tmp_path)
+
+
+@pytest.mark.parametrize("broker", ["redis"], indirect=True)
+def test_three_beats_fire_each_slot_once_through_pgbouncer_in_transaction_pooling(
+    cluster: Cluster, broker: Broker, pgbouncer: Pooler, tmp_path: Path
+) -> None:
+    """The same, every process reaching PostgreSQL through PgBouncer in transaction pooling
+    (where statements prepared per connection broke the workers: 21 of ~270 slots ran)."""
+    cluster.use_broker(broker.url)
+    cluster.use_pooler(pgbouncer)
+    _three_beats_with_kills(cluster, tmp_path)
+
+
+def _three_beats_with_kills(cluster: Cluster, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
     cluster.start_worker("worker-a")
     cluster.start_worker("worker-b")

@@ -18,6 +18,7 @@ import pytest
 from django.db.models.functions import Now
 
 import tests.support.jobs_continuous  # noqa: F401  (the functions the workers will run)
+from devtools.pgbouncer import Pooler
 from jobs import services
 from jobs.audit import Actor
 from jobs.continuous.nodes import Liveness, with_liveness
@@ -104,6 +105,18 @@ def _assert_single_holders(
 def test_six_jobs_balance_over_nodes_fail_over_and_rebalance(
     cluster: Cluster, tmp_path: Path
 ) -> None:
+    _balance_fail_over_and_rebalance(cluster, tmp_path)
+
+
+def test_continuous_jobs_fail_over_through_pgbouncer_in_transaction_pooling(
+    cluster: Cluster, pgbouncer: Pooler, tmp_path: Path
+) -> None:
+    """The same, every node reaching PostgreSQL through PgBouncer in transaction pooling."""
+    cluster.use_pooler(pgbouncer)
+    _balance_fail_over_and_rebalance(cluster, tmp_path)
+
+
+def _balance_fail_over_and_rebalance(cluster: Cluster, tmp_path: Path) -> None:
     log = _use_continuous_jobs(cluster, tmp_path)
     keys = _add_jobs(cluster, log, [f"c{i}" for i in range(6)])
     with Sampler(log, _live_holders) as sampler:

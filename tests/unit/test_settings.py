@@ -131,3 +131,27 @@ def test_check_deploy_is_clean_behind_a_proxy() -> None:
         _production(DJANGO_BEHIND_PROXY="1"), "check", "--deploy", "--fail-level", "WARNING"
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_transaction_pooler_turns_off_what_outlives_a_transaction() -> None:
+    direct = _production()
+    assert (
+        _setting(
+            direct,
+            "settings.DATABASES['default'].get('OPTIONS', {}).get('prepare_threshold', 'unset')",
+        )
+        == "'unset'"
+    )
+    pooled = _production(DATABASE_POOLER="transaction")
+    assert (
+        _setting(pooled, "settings.DATABASES['default']['OPTIONS']['prepare_threshold']") == "None"
+    )
+    assert (
+        _setting(pooled, "settings.DATABASES['default']['DISABLE_SERVER_SIDE_CURSORS']") == "True"
+    )
+    bad = _manage(_production(DATABASE_POOLER="statement"), "check")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "configuration error: DATABASE_POOLER='statement' is not a pooling mode: use none or "
+        "transaction."
+    ]
