@@ -45,12 +45,9 @@ def transaction_pooler(database_url: str) -> Iterator[Pooler]:
     target = urlsplit(database_url)
     folder = Path(tempfile.mkdtemp(prefix="jobs-pgbouncer-"))
     port = free_port()
+    host, server_port = _server_address(target.netloc)
     _write_config(
-        folder,
-        port,
-        host=unquote(target.hostname or ""),
-        server_port=target.port,
-        user=unquote(target.username or RUN_AS),
+        folder, port, host=host, server_port=server_port, user=unquote(target.username or RUN_AS)
     )
     if os.geteuid() == 0:
         account = pwd.getpwnam(RUN_AS)
@@ -75,6 +72,16 @@ def transaction_pooler(database_url: str) -> Iterator[Pooler]:
             process.wait()
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _server_address(netloc: str) -> tuple[str, int | None]:
+    """Host and port of a URL's netloc; not ``urlsplit().hostname``, which lowercases, and the
+    embedded server's host is a socket folder."""
+    address = netloc.rpartition("@")[2]
+    host, colon, port = address.rpartition(":")
+    if colon and port.isdigit():
+        return unquote(host), int(port)
+    return unquote(address), None
 
 
 def _write_config(
