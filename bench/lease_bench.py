@@ -111,6 +111,7 @@ def measure_latency(samples: int) -> dict[str, list[float]]:
 
     results: dict[str, list[float]] = {}
     with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS bench_row")
         cursor.execute("CREATE TABLE bench_row (id int PRIMARY KEY, n bigint NOT NULL)")
         cursor.execute("INSERT INTO bench_row VALUES (1, 0)")
 
@@ -135,7 +136,7 @@ def measure_latency(samples: int) -> dict[str, list[float]]:
     lease.release(held)
 
     # A run's two statements: the claim that also takes the lease, the finish that gives it back.
-    job_row = Job.objects.create(name="bench-latency", task="bench.noop")
+    job_row = Job.objects.create(name=f"bench-latency-{uuid.uuid4().hex[:8]}", task="bench.noop")
     now = timezone.now()
     runs = JobRun.objects.bulk_create(
         JobRun(job=job_row, scheduled_for=now, trigger=Trigger.MANUAL) for _ in range(samples)
@@ -265,6 +266,28 @@ def _lines(log: Path) -> int:
 # --- reporting --------------------------------------------------------------------------------
 
 
+def _latency_through_pgbouncer(url: str, samples: int) -> dict[str, list[float]]:
+    """The same statements on a connection through PgBouncer in transaction pooling, set up as
+    ``DATABASE_POOLER=transaction`` sets it (no server-side prepared statements)."""
+    from django.db import connections
+
+    from devtools.pgbouncer import transaction_pooler
+
+    print(f"latency through PgBouncer: {samples} samples per statement...", flush=True)
+    with transaction_pooler(url) as pooler:
+        connections.close_all()
+        direct = dict(connections["default"].settings_dict)
+        target = connections["default"].settings_dict
+        target.update(HOST="127.0.0.1", PORT=str(pooler.port), DISABLE_SERVER_SIDE_CURSORS=True)
+        target["OPTIONS"] = {**target.get("OPTIONS", {}), "prepare_threshold": None}
+        try:
+            return measure_latency(samples)
+        finally:
+            connections.close_all()
+            target.clear()
+            target.update(direct)
+
+
 def latency_table(results: dict[str, list[float]]) -> str:
     base = statistics.median(results["SELECT 1"])
     update = statistics.median(results["bare conditional UPDATE"])
@@ -322,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         default="plain,floor,guarded,singleton",
         help="throughput kinds, comma-separated",
     )
+    parser.add_argument(
+        "--through-pgbouncer",
+        action="store_true",
+        help="measure the latency again through a private PgBouncer in transaction pooling",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
 
@@ -342,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         call_command("migrate", verbosity=0)
         print(f"latency: {args.samples} samples per statement...", flush=True)
         latency = measure_latency(args.samples)
+        if args.through_pgbouncer:
+            pooled = _latency_through_pgbouncer(bench_url, args.samples)
+            latency.update({f"{name}, through PgBouncer": v for name, v in pooled.items()})
         throughput: dict[str, list[float]] = {}
         kinds = [
             kind
