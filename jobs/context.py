@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from jobs.guard import lease
 
@@ -27,8 +27,11 @@ class JobContext:
     @property
     def idempotency_key(self) -> str:
         """For effects fencing cannot cover (an HTTP call, an email): pass this to the remote
-        side so a repeated attempt of the same run and token is recognised there."""
-        return f"run-{self.run_id}-token-{self.fencing_token}"
+        side so it can drop a repeat. The same for every attempt of one slot or trigger (a
+        redelivery, a retry, the rerun of ``on_lost=retry``): the first attempt's run id."""
+        if self.attempt <= 1:
+            return f"{self.job_name}:run-{self.run_id}"
+        return f"{self.job_name}:run-{first_attempt(self.run_id)}"
 
     @contextmanager
     def fenced(self) -> Iterator[None]:
@@ -42,3 +45,23 @@ class JobContext:
         with transaction.atomic():
             lease.verify_held(self.lease_key, self.fencing_token)
             yield
+
+
+# A retry is a new run whose retry_of is the attempt before it; the chain ends at the first.
+_FIRST_ATTEMPT = """
+WITH RECURSIVE chain(id, retry_of_id) AS (
+    SELECT id, retry_of_id FROM jobs_jobrun WHERE id = %s
+    UNION ALL
+    SELECT r.id, r.retry_of_id FROM jobs_jobrun AS r JOIN chain ON r.id = chain.retry_of_id
+)
+SELECT min(id) FROM chain
+"""
+
+
+def first_attempt(run_id: int) -> int:
+    """The run id of the first attempt of ``run_id``'s chain of retries. Retention deletes a
+    finished first attempt only after its retries are days old; until then this is exact."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FIRST_ATTEMPT, [run_id])
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] is not None else run_id

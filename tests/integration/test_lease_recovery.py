@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from jobs.context import first_attempt
 from jobs.guard import lease, run_records
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
@@ -70,6 +71,8 @@ def test_on_lost_retry_reruns_once_with_a_higher_token(
     retry = JobRun.objects.get(retry_of=run)
     assert (retry.trigger, retry.attempt, retry.status) == (Trigger.RETRY, 2, RunStatus.SCHEDULED)
     assert [run_id for run_id, _ in published] == [retry.pk]
+    # The rerun's ctx.idempotency_key is the lost run's: the remote side can drop a repeat.
+    assert first_attempt(retry.pk) == run.pk
     assert recover_lost_runs(now=_later(10)) == []
     assert JobRun.objects.filter(retry_of=run).count() == 1
     # The old lease lapses by itself (ttl 3 s); the retry then takes a higher token.

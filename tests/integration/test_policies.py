@@ -347,6 +347,26 @@ def test_a_failure_is_retried_with_backoff_until_it_succeeds(
     assert len(published) == 2
 
 
+def test_every_attempt_of_a_run_has_the_same_idempotency_key(
+    make_job: Callable[..., Job], tmp_path: Path, published: Published
+) -> None:
+    log = tmp_path / "log"
+    job = make_job(task="tests.keyed", kwargs={"log": str(log), "failures": 2}, max_retries=3)
+    first, other = _run_for(job), _run_for(job)
+    ids = [first.pk]
+    for _ in range(3):
+        execute_run(ids[-1], task_id="t", node="n")
+        retry = JobRun.objects.filter(retry_of_id=ids[-1]).first()
+        if retry is not None:
+            ids.append(retry.pk)
+    execute_run(other.pk, task_id="t", node="n")
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert [attempt for attempt, _ in lines] == ["1", "2", "3", "1"]
+    keys = [key for _, key in lines]
+    assert keys[:3] == [f"{job.name}:run-{first.pk}"] * 3, "one key for the three attempts"
+    assert keys[3] == f"{job.name}:run-{other.pk}", "another run, another key"
+
+
 def test_retries_stop_at_max_retries(
     make_job: Callable[..., Job], tmp_path: Path, published: Published
 ) -> None:

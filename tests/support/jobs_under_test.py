@@ -122,6 +122,14 @@ def flaky(ctx: JobContext, log: str, failures: int) -> str:
     return f"succeeded on attempt {ctx.attempt}"
 
 
+@job("tests.keyed")
+def keyed(ctx: JobContext, log: str, failures: int) -> None:
+    """Writes its idempotency key per attempt; raises on its first ``failures`` attempts."""
+    _append(log, f"{ctx.attempt} {ctx.idempotency_key}")
+    if ctx.attempt <= failures:
+        raise RuntimeError(f"attempt {ctx.attempt} fails on purpose")
+
+
 @job("tests.deaf")
 def deaf(ctx: JobContext, seconds: float) -> str:
     """Ignores ctx.stopping: sleeps ``seconds`` whatever happens."""
