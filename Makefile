@@ -78,8 +78,8 @@ migrations-check: $(INSTALLED)
 	$(BIN)/python -m devtools manage makemigrations --check --dry-run
 
 lock: $(INSTALLED)
-	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links -o requirements/base.txt pyproject.toml
-	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra dev -o requirements/dev.txt pyproject.toml
+	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra platform -o requirements/base.txt pyproject.toml
+	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra platform --extra dev -o requirements/dev.txt pyproject.toml
 
 clean:
 	rm -rf .dev .pytest_cache .mypy_cache .ruff_cache

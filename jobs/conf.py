@@ -8,11 +8,49 @@ from datetime import timedelta
 from functools import cache
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from types import MappingProxyType
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.validators import validate_email
+
+# What the app assumes when a project sets nothing (so `INSTALLED_APPS` is all it needs); this
+# repository's project/settings.py reads each from the environment with the same defaults.
+RETENTION_DEFAULTS = MappingProxyType(
+    {
+        "succeeded": "7d",
+        "skipped": "7d",
+        "cancelled": "7d",
+        "failed": "30d",
+        "missed": "30d",
+        "lost": "30d",
+    }
+)
+DEFAULTS: Mapping[str, object] = MappingProxyType(
+    {
+        "JOBS_MODULES": (),
+        "JOBS_BEAT_MAX_INTERVAL": 0.5,
+        "JOBS_NODE_HEARTBEAT": 5.0,
+        "JOBS_MAINTENANCE_INTERVAL": 5.0,
+        "JOBS_REPUBLISH_AFTER": 30.0,
+        "JOBS_BEAT_TEST_CLOCK_OFFSET": 0.0,
+        "FLOWER_URL": "",
+        "JOBS_METRICS_ALLOW_FROM": (),
+        "JOBS_BEAT_HEARTBEAT_INTERVAL": 5.0,
+        "JOBS_BEAT_STALE_AFTER": 30.0,
+        "JOBS_RETENTION": RETENTION_DEFAULTS,
+        "JOBS_RETENTION_INTERVAL": 3600.0,
+        "JOBS_ALERT_WEBHOOK_URL": "",
+        "JOBS_ALERT_WEBHOOK_SECRET": "",
+        "JOBS_ALERT_EMAILS": (),
+        "JOBS_PUBLIC_URL": "",
+    }
+)
+
+
+def _setting(name: str) -> Any:
+    return getattr(settings, name, DEFAULTS[name])
 
 
 @dataclass(frozen=True)
@@ -44,12 +82,12 @@ class JobsConf:
 @cache
 def get_conf() -> JobsConf:
     return JobsConf(
-        modules=tuple(settings.JOBS_MODULES),
-        beat_max_interval=float(settings.JOBS_BEAT_MAX_INTERVAL),
-        node_heartbeat=float(settings.JOBS_NODE_HEARTBEAT),
-        maintenance_interval=float(settings.JOBS_MAINTENANCE_INTERVAL),
-        republish_after=float(settings.JOBS_REPUBLISH_AFTER),
-        beat_test_clock_offset=float(settings.JOBS_BEAT_TEST_CLOCK_OFFSET),
+        modules=tuple(_setting("JOBS_MODULES")),
+        beat_max_interval=float(_setting("JOBS_BEAT_MAX_INTERVAL")),
+        node_heartbeat=float(_setting("JOBS_NODE_HEARTBEAT")),
+        maintenance_interval=float(_setting("JOBS_MAINTENANCE_INTERVAL")),
+        republish_after=float(_setting("JOBS_REPUBLISH_AFTER")),
+        beat_test_clock_offset=float(_setting("JOBS_BEAT_TEST_CLOCK_OFFSET")),
     )
 
 
@@ -104,14 +142,17 @@ def _retention(status: str, text: str) -> timedelta | None:
 @cache
 def get_ops_conf() -> OpsConf:
     return OpsConf(
-        flower_url=str(settings.FLOWER_URL).rstrip("/"),
-        metrics_allow_from=tuple(_network(item) for item in settings.JOBS_METRICS_ALLOW_FROM),
-        beat_heartbeat_interval=float(settings.JOBS_BEAT_HEARTBEAT_INTERVAL),
-        beat_stale_after=float(settings.JOBS_BEAT_STALE_AFTER),
+        flower_url=str(_setting("FLOWER_URL")).rstrip("/"),
+        metrics_allow_from=tuple(_network(item) for item in _setting("JOBS_METRICS_ALLOW_FROM")),
+        beat_heartbeat_interval=float(_setting("JOBS_BEAT_HEARTBEAT_INTERVAL")),
+        beat_stale_after=float(_setting("JOBS_BEAT_STALE_AFTER")),
         retention=MappingProxyType(
-            {status: _retention(status, text) for status, text in settings.JOBS_RETENTION.items()}
+            {
+                status: _retention(status, text)
+                for status, text in {**RETENTION_DEFAULTS, **_setting("JOBS_RETENTION")}.items()
+            }
         ),
-        retention_interval=float(settings.JOBS_RETENTION_INTERVAL),
+        retention_interval=float(_setting("JOBS_RETENTION_INTERVAL")),
     )
 
 
@@ -167,8 +208,8 @@ def _http_url(name: str, value: str) -> None:
 @cache
 def get_alerts_conf() -> AlertsConf:
     return AlertsConf(
-        webhook_url=str(settings.JOBS_ALERT_WEBHOOK_URL),
-        webhook_secret=str(settings.JOBS_ALERT_WEBHOOK_SECRET),
-        emails=tuple(settings.JOBS_ALERT_EMAILS),
-        public_url=str(settings.JOBS_PUBLIC_URL).rstrip("/"),
+        webhook_url=str(_setting("JOBS_ALERT_WEBHOOK_URL")),
+        webhook_secret=str(_setting("JOBS_ALERT_WEBHOOK_SECRET")),
+        emails=tuple(_setting("JOBS_ALERT_EMAILS")),
+        public_url=str(_setting("JOBS_PUBLIC_URL")).rstrip("/"),
     )

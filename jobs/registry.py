@@ -379,6 +379,10 @@ class RunTask(Task):
 
     throws = (RunFailed, RunLost)
     acks_on_failure = True
+    # Acknowledged when it ends, and redelivered when its worker dies mid-run (the run record
+    # then says lost or lets the redelivery finish it), whatever the project's Celery settings.
+    acks_late = True
+    reject_on_worker_lost = True
 
 
 _register_celery_task(RUN_TASK)

@@ -1,10 +1,8 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path, re_path
+from django.urls import include, path
 from django.views.generic import RedirectView
-
-from jobs.web import api, dashboard
 
 # /livez, /readyz, /healthz and /metrics are answered by jobs.web.probes.ProbeMiddleware, ahead of
 # host validation and the HTTPS redirect (see the README's operations section).
@@ -12,20 +10,7 @@ handler400 = "jobs.web.api.bad_request"
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
-    path(
-        "admin/jobs/dashboard/",
-        admin.site.admin_view(dashboard.dashboard_view),
-        name="jobs_dashboard",
-    ),
+    # The API and the dashboard; ahead of the admin, whose prefix the dashboard shares.
+    path("", include("jobs.urls")),
     path("admin/", admin.site.urls),
-    path("api/openapi.json", api.openapi, name="api_openapi"),
-    path("api/jobs", api.jobs_collection, name="api_jobs"),
-    path("api/jobs/<str:name>", api.job_detail, name="api_job"),
-    path("api/jobs/<str:name>/pause", api.job_pause, name="api_job_pause"),
-    path("api/jobs/<str:name>/resume", api.job_resume, name="api_job_resume"),
-    path("api/jobs/<str:name>/runs", api.job_runs, name="api_job_runs"),
-    path("api/runs", api.runs_collection, name="api_runs"),
-    path("api/runs/<str:run_id>", api.run_detail, name="api_run"),
-    path("api/audit", api.audit_collection, name="api_audit"),
-    re_path(r"^api/", api.not_found),
 ]

@@ -1,0 +1,28 @@
+"""The app's pages, for a project's URLconf: ``path("", include("jobs.urls"))`` ahead of
+``path("admin/", admin.site.urls)`` (the dashboard lives under the admin's prefix). The probes
+and /metrics need no URL: ``jobs.web.probes.ProbeMiddleware`` answers them."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path, re_path
+
+from jobs.web import api, dashboard
+
+urlpatterns = [
+    path(
+        "admin/jobs/dashboard/",
+        admin.site.admin_view(dashboard.dashboard_view),
+        name="jobs_dashboard",
+    ),
+    path("api/openapi.json", api.openapi, name="api_openapi"),
+    path("api/jobs", api.jobs_collection, name="api_jobs"),
+    path("api/jobs/<str:name>", api.job_detail, name="api_job"),
+    path("api/jobs/<str:name>/pause", api.job_pause, name="api_job_pause"),
+    path("api/jobs/<str:name>/resume", api.job_resume, name="api_job_resume"),
+    path("api/jobs/<str:name>/runs", api.job_runs, name="api_job_runs"),
+    path("api/runs", api.runs_collection, name="api_runs"),
+    path("api/runs/<str:run_id>", api.run_detail, name="api_run"),
+    path("api/audit", api.audit_collection, name="api_audit"),
+    re_path(r"^api/", api.not_found),
+]

@@ -1,0 +1,68 @@
+"""The wheel another project installs: the `jobs` app alone, with what it needs to run."""
+
+from __future__ import annotations
+
+import email
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build_wheel(folder: Path) -> Path:
+    """Build the wheel from a copy of the sources (an in-tree build would leave build/ and
+    *.egg-info/ in the checkout), into ``folder``; its path."""
+    source = folder / "source"
+    source.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "jobs", source / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(folder), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = folder.glob("clusterjobs-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+    with zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel"))) as built:
+        yield built
+
+
+def test_the_wheel_carries_the_app_and_nothing_else(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    top = {name.split("/")[0] for name in names if not name.startswith("clusterjobs-")}
+    assert top == {"jobs"}, "project/, tests/, devtools/, bench/ stay out"
+    migrations = sorted(ROOT.joinpath("jobs/migrations").glob("0*.py"))
+    assert migrations and all(f"jobs/migrations/{m.name}" in names for m in migrations)
+    templates = sorted(ROOT.joinpath("jobs/templates").rglob("*.html"))
+    for template in templates:
+        assert f"jobs/{template.relative_to(ROOT / 'jobs')}" in names
+    commands = sorted(ROOT.joinpath("jobs/management/commands").glob("*.py"))
+    assert all(f"jobs/management/commands/{c.name}" in names for c in commands)
+    assert "jobs/urls.py" in names and "jobs/apps.py" in names
+
+
+def test_its_metadata_declares_lower_bounds_and_no_python_ceiling(
+    wheel: zipfile.ZipFile,
+) -> None:
+    (metadata_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    metadata = email.message_from_bytes(wheel.read(metadata_name))
+    assert metadata["Requires-Python"] == ">=3.11"
+    required = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
+    names = {re.split(r"[<>=\[ ]", r, maxsplit=1)[0].lower() for r in required}
+    assert {"django", "celery", "django-celery-beat", "psycopg", "croniter"} <= names
+    assert all(">=" in r for r in required), required
+    # The platform's web server and Flower are this repository's, not the app's.
+    assert not names & {"flower", "gunicorn", "whitenoise", "dj-database-url"}
