@@ -11,16 +11,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import DatabaseError, connection
-
 from jobs.alerts import outbox
 from jobs.alerts.channels import SENDERS, WEBHOOK_TIMEOUT, DeliveryFailed
 from jobs.alerts.notification import Notification, build
+from jobs.background import PeriodicThread
 from jobs.conf import get_alerts_conf
 from jobs.guard import lease
 from jobs.models import Incident, JobRun
@@ -124,43 +122,22 @@ def _deliver(row: outbox.Due, notification: Notification | None) -> None:
     )
 
 
-class AlertSender:
-    """A daemon thread that drains the outbox every ``interval`` seconds until stopped; a
-    failed drain is logged and the loop carries on. ``checks`` run before each look (the
+class AlertSender(PeriodicThread):
+    """Drains the outbox every ``interval`` seconds; ``checks`` run before each look (the
     cluster checks of a worker node)."""
 
+    name = "jobs-alerts"
+
     def __init__(self, interval: float = 1.0, checks: Callable[[], Any] | None = None) -> None:
-        self.interval = interval
+        super().__init__(interval)
         self._checks = checks
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="jobs-alerts", daemon=True)
+        self._holder = ""
 
-    def start(self) -> None:
-        self._thread.start()
+    def prepare(self) -> None:
+        self._holder = holder_name()  # in the process that runs the thread
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    @property
-    def started(self) -> bool:
-        return self._thread.ident is not None
-
-    def _loop(self) -> None:
-        holder = holder_name()
-        try:
-            while not self._stop.wait(self.interval):
-                try:
-                    if self._checks is not None:
-                        self._checks()
-                    if outbox.any_due():
-                        drain(holder)
-                except DatabaseError as exc:
-                    # The outbox waits in the database: nothing is lost, the next look retries.
-                    log.warning("alert sender: %s", exc, extra={"action": "alerts_db_error"})
-                    connection.close()
-                except Exception:
-                    log.exception("alert sender failed", extra={"action": "alerts"})
-        finally:
-            connection.close()  # this thread's own connection
+    def step(self) -> None:
+        if self._checks is not None:
+            self._checks()
+        if outbox.any_due():
+            drain(self._holder)

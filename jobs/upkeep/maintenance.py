@@ -25,16 +25,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from celery import current_app
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from jobs.alerts import detect
+from jobs.background import PeriodicThread
 from jobs.beat import changelog
 from jobs.database_clock import database_now
 from jobs.dispatch import publish_many
@@ -127,9 +127,10 @@ def holder_name() -> str:
     return f"maintenance@{socket.gethostname()}:{os.getpid()}"
 
 
-class MaintenanceLoop:
-    """A daemon thread that tries a pass every ``interval`` seconds until stopped; a failed
-    pass is logged and the loop carries on (the next pass starts from the database again)."""
+class MaintenanceLoop(PeriodicThread):
+    """Tries a pass every ``interval`` seconds until stopped."""
+
+    name = "jobs-maintenance"
 
     def __init__(
         self,
@@ -137,52 +138,33 @@ class MaintenanceLoop:
         republish_after: float,
         run: Callable[..., PassReport | None] = run_pass,
     ) -> None:
-        self.interval = interval
+        super().__init__(interval)
         self.republish_after = republish_after
         self._run = run
-        self._stop = threading.Event()
         self._app: Any = None
-        self._thread = threading.Thread(target=self._loop, name="jobs-maintenance", daemon=True)
+        self._holder = ""
+        # The lease lasts several passes, so a slow pass keeps it; a dead holder's lapses soon.
+        self._ttl = max(30.0, 6 * interval)
 
-    def start(self, app: Any) -> None:
+    def start(self, app: Any = None) -> None:
         """Start the thread; ``app`` is the Celery app to publish with (thread-local in Celery)."""
         self._app = app
-        self._thread.start()
+        super().start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+    def prepare(self) -> None:
+        self._holder = holder_name()  # in the process that runs the thread
+        if self._app is not None:
+            self._app.set_current()
 
-    @property
-    def started(self) -> bool:
-        return self._thread.ident is not None
-
-    def _loop(self) -> None:
-        self._app.set_current()
-        holder = holder_name()
-        # The lease lasts several passes, so a slow pass keeps it; a dead holder's lapses soon.
-        ttl = max(30.0, 6 * self.interval)
-        try:
-            while not self._stop.wait(self.interval):
-                try:
-                    report = self._run(
-                        holder=holder, republish_after=self.republish_after, lease_ttl=ttl
-                    )
-                except DatabaseError:
-                    log.exception("maintenance pass failed", extra={"action": "maintenance"})
-                    connection.close()
-                    continue
-                except Exception:
-                    log.exception("maintenance pass failed", extra={"action": "maintenance"})
-                    continue
-                if report is not None and (report.expired or report.republished or report.lost):
-                    log.info(
-                        "maintenance: %d missed, %d re-published, %s lost",
-                        report.expired,
-                        report.republished,
-                        report.lost,
-                        extra={"action": "maintenance"},
-                    )
-        finally:
-            connection.close()  # this thread's own connection
+    def step(self) -> None:
+        report = self._run(
+            holder=self._holder, republish_after=self.republish_after, lease_ttl=self._ttl
+        )
+        if report is not None and (report.expired or report.republished or report.lost):
+            log.info(
+                "maintenance: %d missed, %d re-published, %s lost",
+                report.expired,
+                report.republished,
+                report.lost,
+                extra={"action": "maintenance"},
+            )
