@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import connection
 
+from jobs.guard import lease
 from jobs.models import RunStatus
 
 
@@ -53,6 +54,10 @@ RETURNING id, started_at, (SELECT count(*) FROM orphaned)
 
 # Guarantee 3 for tenures: the outcome asked for is written only while the token still holds a
 # live lease; otherwise the tenure is lost (its function may have acted after the lease lapsed).
+# Unlike a run's finish it does not lock the lease row: it gives no lease back, and a takeover
+# racing it is settled by the run row, which both update only while it is 'running' (begin's
+# `orphaned`): whichever commits first, the tenure is recorded once. Its writes are fenced by
+# ctx.fenced(), which does lock the lease row.
 _FINISH = """
 WITH lease AS (
     SELECT EXISTS (SELECT 1 FROM jobs_lease
@@ -70,14 +75,11 @@ RETURNING status
 
 # Tenures whose lease lapsed while nobody took the job over (it was paused meanwhile, or no
 # node could run it): still recorded lost, so that nothing stays "running" forever.
-_CLOSE_ORPHANS = """
+_CLOSE_ORPHANS = f"""
 UPDATE jobs_jobrun AS r
    SET status = 'lost', finished_at = now(),
        error = 'its node stopped renewing the lease (dead, paused or cut off from the database)'
- WHERE r.trigger = 'continuous' AND r.status = 'running'
-   AND NOT EXISTS (SELECT 1 FROM jobs_lease AS l
-                    WHERE l.key = r.lease_key AND l.token = r.fencing_token
-                      AND l.expires_at > now())
+ WHERE r.trigger = 'continuous' AND r.status = 'running' AND NOT {lease.run_lease_live_pg()}
 RETURNING r.id, r.job_id, r.node
 """
 

@@ -85,6 +85,15 @@ ON CONFLICT (key) DO UPDATE
  WHERE jobs_lease.expires_at <= now()
 """
 
+
+def run_lease_live_pg(at: str = "now()") -> str:
+    """SQL: the run aliased ``r`` still holds the lease its token took, live at ``at``. What
+    lost-run detection tests, for runs (jobs.guard.run_records) and tenures
+    (jobs.continuous.tenures) alike: a run without it is lost."""
+    return f"""EXISTS (SELECT 1 FROM jobs_lease AS l
+                WHERE l.key = r.lease_key AND l.token = r.fencing_token AND l.expires_at > {at})"""
+
+
 _ACQUIRE_PG = f"""
 INSERT INTO jobs_lease (key, holder, token, acquired_at, expires_at)
 VALUES (%(key)s, %(holder)s, 1, now(), now() + make_interval(secs => %(ttl)s))

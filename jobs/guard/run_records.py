@@ -24,6 +24,7 @@ from jobs.guard.lease import (
     HeldLease,
     LeaseHolder,
     held_from_row,
+    run_lease_live_pg,
     statement_cursor,
 )
 from jobs.models import Job, RunStatus
@@ -229,9 +230,7 @@ WITH finished AS (
        AND CASE WHEN r.fencing_token IS NULL
                 THEN j.overlap <> 'allow' AND {_AT} > r.started_at
                      + make_interval(secs => j.start_deadline + j.lease_ttl)
-                ELSE NOT EXISTS (SELECT 1 FROM jobs_lease AS l
-                                  WHERE l.key = r.lease_key AND l.token = r.fencing_token
-                                    AND l.expires_at > {_AT}) END
+                ELSE NOT {run_lease_live_pg(_AT)} END
     RETURNING r.id, r.job_id, r.attempt, r.retry_of_id, r.status, r.node, r.error, r.args,
               r.kwargs
 ),
