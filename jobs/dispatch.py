@@ -136,6 +136,23 @@ def publish_many(
     return sent
 
 
+def publish_retry(job: Job, retry: run_records.NewRun) -> None:
+    """Publish a retry run for its time; a failed publish leaves it ``scheduled`` for
+    maintenance to re-publish."""
+    try:
+        publish(job, retry.run_id, retry.scheduled_for, eta=retry.scheduled_for)
+    except Exception:
+        log.exception(
+            "publishing a retry failed; it stays scheduled for maintenance to re-publish",
+            extra={"action": "publish_failed", "run_id": retry.run_id, "job": job.name},
+        )
+    else:
+        log.info(
+            "retry scheduled",
+            extra={"action": "retry_scheduled", "run_id": retry.run_id, "job": job.name},
+        )
+
+
 def _refuse_unregistered(job: Job, run_id: int) -> None:
     # Only @job functions and the project's own Celery tasks are schedulable: a row naming
     # anything else (Celery's internal tasks, ``os.system``), written around validation, must

@@ -242,7 +242,7 @@ def _finish(
         extra={**fields, "action": "finished", "status": finished.status},
     )
     if finished.retry is not None:
-        publish_retry(job, finished.retry)
+        dispatch.publish_retry(job, finished.retry)
     return _delivered(claim.run_id, outcome, finished.status)
 
 
@@ -257,23 +257,6 @@ def _delivered(run_id: int, outcome: Outcome, recorded: str | None) -> Delivery:
     return Delivery(
         run_id, recorded, reason=outcome.error, result=outcome.result, cause=outcome.exception
     )
-
-
-def publish_retry(job: Job, retry: run_records.NewRun) -> None:
-    """Publish a retry run for its time; a failed publish leaves it ``scheduled`` for
-    maintenance to re-publish."""
-    try:
-        dispatch.publish(job, retry.run_id, retry.scheduled_for, eta=retry.scheduled_for)
-    except Exception:
-        log.exception(
-            "publishing a retry failed; it stays scheduled for maintenance to re-publish",
-            extra={"action": "publish_failed", "run_id": retry.run_id, "job": job.name},
-        )
-    else:
-        log.info(
-            "retry scheduled",
-            extra={"action": "retry_scheduled", "run_id": retry.run_id, "job": job.name},
-        )
 
 
 def _context(job: Job, claim: run_records.Claim, token: int | None, key: str) -> JobContext:
