@@ -1,19 +1,6 @@
 """Adoption: django-celery-beat ``PeriodicTask`` rows that no job owns become jobs.
 
-A project that switches its beat to ``ClusterScheduler`` keeps every schedule it had: each beat
-adopts every enabled entry without a job when it starts, and any entry added or edited later
-(the change log names it, migration ``0014_adoption``) within a tick. The entry stays the job's
-beat entry (``Job.periodic_task``): its schedule is read from it like any job's, and the job is
-marked ``adopted``. Beats race freely: the row lock and the unique job name and entry make one
-job per entry.
-
-Who wins: the entry and the job mirror each other, the last write wins. Code that rewrites its
-entry at every deploy (``PeriodicTask.objects.update_or_create(...)``) updates the job (``sync``);
-an edit of the job in the admin, CLI or API is written back to the entry (``jobs.beat.entries``), so
-the entry never holds a stale copy. An entry that cannot be adopted (its task is not registered,
-an absolute ``expires``, a name a job already has...) is reported with the reason (a log line, a
-notice on the admin's job list, ``jobs adopt --dry-run``) and left as it is; it is judged again
-at its next edit and at every beat start.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

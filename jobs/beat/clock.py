@@ -1,19 +1,7 @@
 """The database's clock as a beat reads it: the machine's clock plus its measured offset to
 PostgreSQL's ``now()``.
 
-A beat fires a slot when its clock reaches it. By the machine's clock, a beat whose clock runs
-2 minutes ahead would start every run 2 minutes early (the claim checks lateness, not
-earliness), and one 2 minutes behind would fire each slot 2 minutes late. The database clock is
-already the cluster's one reference (leases, start deadlines, catch-up, maintenance), so beats
-fire by it too: every beat then fires a slot within about a millisecond of its time, whatever
-its machine's clock says. Slot identity does not depend on it (slots come from the schedule).
-
-Reading ``now()`` on every tick would cost a round trip per tick. The offset is measured every
-``REFRESH_SECONDS`` instead: one ``SELECT now()`` between two readings of the machine's clock,
-the database's time taken at their midpoint, so the offset is wrong by at most half the round
-trip. The machine's clock advances it between measurements, which also corrects its drift and
-any step it takes (NTP) within ``REFRESH_SECONDS``. A measurement that fails raises the
-database's error, as every other statement of the tick would.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

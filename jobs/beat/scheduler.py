@@ -1,24 +1,6 @@
 """``ClusterScheduler``: the beat scheduler that may run on every server at once.
 
-Each beat computes the same deterministic slots (``jobs.schedule.slots``) for every enabled
-periodic job, inserts one run per due slot (``INSERT ... ON CONFLICT DO NOTHING``), and publishes
-only the runs its insert created. Beats never coordinate with each other: the unique ``(job,
-scheduled_for)`` index does.
-
-Cost per tick does not grow with the number of jobs:
-
-- the next slot of every job sits in a heap, so an idle tick looks at its top only;
-- edits are found through the schedule change log (``jobs.beat.changelog``): one primary-key range
-  query per tick, and only the jobs it names are read again;
-- all slots due in a tick go out in one pass: inserted 500 to a statement, each chunk published
-  on one connection right after, so several beats share a burst (see ``_record``).
-
-Slot identity comes from the heap, never from reading the clock at fire time: a beat whose clock
-is ahead fires slot ``S`` a little early, one that is behind fires it a little late, and both
-insert ``S``. At start-up, slots that passed while no beat was running are handled by the job's
-catch-up policy (``jobs.schedule.catchup``), judged by the database clock, so a beat whose clock
-runs ahead cannot declare future slots missed. Every beat also runs maintenance
-(``jobs.upkeep.maintenance``) on a background thread; a lease makes one of them do it at a time.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

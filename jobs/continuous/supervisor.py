@@ -1,23 +1,6 @@
 """The supervisor of continuous jobs on one node: a thread in the worker's main process.
 
-Every supervision period it reads one snapshot of the cluster (the enabled continuous jobs, their
-live leases, the live nodes: one statement), computes the placement plan
-(``jobs.continuous.placement``) and acts on its own share of it:
-
-- a free job planned for this node is acquired (``jobs.guard.lease.acquire``) and started: a
-  *tenure*, one run record (``jobs.continuous.tenures``), the function running in a thread of
-  this process while a ``LeaseKeeper`` renews the lease;
-- a job held here but planned elsewhere (balance), paused, removed or edited is asked to stop
-  (``ctx.stopping``); when its function returns the outcome is recorded and the lease handed
-  back at once, so the next holder starts within one supervision period;
-- a free job that its planned node leaves untaken for ``FALLBACK_AFTER`` seconds is taken by any
-  node that can run it, so a wedged node cannot keep a job down.
-
-The function runs in the worker's main process, next to the thread renewing its lease: SIGKILL
-ends both (the lease lapses, another node takes over) and SIGSTOP pauses both (the keeper's local
-deadline passes while paused, so the woken function is told to stop and its fenced writes fail).
-A tenure that ends without being asked to (the function returned or raised) keeps its lease until
-it lapses, which throttles a crashing job to one restart per lease ttl across the cluster.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

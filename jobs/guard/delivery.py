@@ -1,19 +1,7 @@
 """What one delivery of a run's message did, and how the Celery task reports it, so that Flower
 shows each run as it was recorded.
 
-The run record is written first (the fenced finish); only then does the task return or raise:
-
-| run recorded | Celery task state (Flower) | result / exception |
-| --- | --- | --- |
-| ``succeeded`` | SUCCESS | ``{'status': 'succeeded', 'result': <the job's return value>}`` |
-| ``failed`` | FAILURE | ``RunFailed('<type>: <message>')``, the job's traceback as cause |
-| ``lost`` | FAILURE | ``RunLost('<why>')`` |
-| ``skipped``, ``missed``, ``cancelled`` | SUCCESS | ``{'status': ..., 'reason': ...}`` |
-| handed back | SUCCESS | ``{'status': 'scheduled', 'reason': 'handed back: ...'}`` |
-| a duplicate | unchanged | Celery's ``Ignore``: no outcome event, the first one stands |
-
-A duplicate shares its task id with the delivery that ran (``jobrun-<id>``): reporting it as a
-success would turn a failed run's task green in Flower, so it reports nothing.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -2,16 +2,7 @@
 lease back, so the job's next slot does not wait for the lease to lapse (nor the run for
 maintenance to call it ``lost``).
 
-Celery enforces the hard limit (``time_limit`` on the message, see ``jobs.dispatch``) in the
-worker's main process: the prefork pool sends ``task_failure`` with ``TimeLimitExceeded`` (once
-for the request, once for the timeout), then terminates the pool process running the task
-(SIGTERM, and SIGKILL 0.1 s later). The outcome is recorded after that, from the event loop's
-next turn, and on a thread of its own, so a slow database never holds the worker's loop up.
-The write is the runner's own finish: fenced on the run's token (``records.finish_fenced``:
-if the lease lapsed meanwhile, the run is recorded ``lost`` as usual), or, for a run that held
-no lease (overlap ``allow``, or still waiting for it), ``records.finish_unleased``. Either is
-conditional on the run still ``running``, so a run that recorded its own outcome keeps it.
-A hard time limit is never retried, like the soft one.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """Per-job policies the runner applies: what a run does when its lease is held (overlap), and
 how long a failed run waits before its retry.
 
-Overlap, when a claimed run finds its key's lease held by a live holder:
-
-- ``skip``: the run is recorded ``skipped``, naming the holder (usually decided by the claim
-  statement itself, see ``records.claim``).
-- ``wait``: try again every ``WAIT_POLL_SECONDS`` until the lease frees; at the start deadline
-  (database clock) give up and record ``skipped``.
-- ``replace``: ask the holder to stop (``lease.request_stop``; the holder's keeper sees it at its
-  next renewal, within ttl/3, and sets ``ctx.stopping``), wait for it to give the lease back, and
-  take over. The two functions do not run at once as long as the old one returns when asked.
-  If the holder neither returns nor lets its lease lapse within one lease ttl after the request
-  (a job that ignores ``ctx.stopping``), its lease is revoked and the new run takes over: the old
-  run is fenced (its outcome is recorded ``lost``, its ``ctx.fenced()`` writes fail) but its
-  function may still be running. If a third run takes the lease meanwhile, the waiting run
-  records ``skipped`` (superseded) rather than displacing the newer one.
-- ``allow``: no lease at all (the runner never gets here).
-
-A run still waiting (``wait`` or ``replace``) when its worker begins a warm shutdown stops
-waiting at once and is handed back: ``scheduled`` again and re-published, for another worker to
-run within its start deadline, instead of holding the shutdown up until then.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -3,15 +3,7 @@ set in every run under way when the worker is asked to stop (a warm shutdown: SI
 main process, or Ctrl-C), so a long job can end early instead of holding the deploy up until it
 finishes (docs/design.md: ``stopping`` is set when the lease is lost or the node shuts down).
 
-Celery tells only the main process (``worker_shutting_down``); the runs execute in pool processes
-forked from it. So the main process opens a pipe before its pool forks (``worker_init``); each
-pool process closes its copy of the write end and keeps a thread blocked reading the other
-(``worker_process_init``); when shutdown starts, the main process closes the last write end and
-every reader sees end-of-file at once. No polling, nothing sent per run. Runs that execute in the
-main process itself (``--pool solo`` or ``threads``) are told directly.
-
-What a run does with the notice is its function's choice: the outcome it returns (or raises) is
-recorded as usual.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Catch-up: what becomes of slots that no beat fired in time. Pure, no I/O.
 
-Two situations leave slots unfired: every beat was down (a beat starting up finds slots between
-the job's newest run on record and now), or the beat that holds a slot fell behind by more than
-the job's start deadline (paused, or cut off from its database). Either way the job's catch-up
-policy decides, for the slots in the gap:
-
-- ``latest``: the newest slot runs once (if its start deadline has not passed), every older one
-  is recorded ``missed``;
-- ``none``: every slot is recorded ``missed``, the newest included — unless it is *current*, due
-  less than ``CURRENT_SLOT_GRACE`` (at most half an interval) ago, because then it is simply the
-  slot being fired now, by this beat or by another one.
-
-At most ``MAX_MISSED_RECORDED`` slots per job are recorded one by one (the newest); the oldest
-of those says how many earlier ones were missed too, so a one-second job after a week of
-downtime costs a thousand rows, not six hundred thousand.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """Slot identity: the deterministic UTC instants at which a schedule is due. Pure, no I/O.
 
-Every beat computes the same slot for the same due instant, so the database's unique
-``(job, scheduled_for)`` makes the first beat's insert win and the others' a no-op. Interval
-slots are anchored (to the schedule's anchor or the Unix epoch), never "last run + interval",
-so beats that started at different times still agree.
-
-Cron slots are the local wall-clock times the expression matches in the schedule's time zone,
-each turned into one UTC instant by the **DST rule** (the Vixie-cron convention):
-
-- a local time that does not exist (inside a spring-forward gap, e.g. 02:30 in Paris on the last
-  Sunday of March) runs at the first instant after the gap (03:00 local, the transition instant);
-  several matching times in one gap therefore make one slot;
-- a local time that happens twice (inside a fall-back overlap, e.g. 02:30 in Paris on the last
-  Sunday of October) runs once, at its first occurrence (02:30 summer time).
-
-So each matching wall-clock time runs exactly once and the slots of a schedule are strictly
-increasing UTC instants. croniter does the field matching on naive wall-clock times (where there
-is no DST); this module maps each wall time to its instant, a non-decreasing mapping.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

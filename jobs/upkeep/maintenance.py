@@ -1,23 +1,6 @@
 """Maintenance: the housekeeping that keeps every slot moving to a visible terminal state.
 
-A pass, in order:
-
-1. records ``missed`` every run still ``scheduled`` past its start deadline (nobody claimed it);
-2. re-publishes runs still ``scheduled`` ``JOBS_REPUBLISH_AFTER`` seconds after their message
-   went out: the message was lost (a Redis flush, a broker restart without persistence) or never
-   sent (the beat died between its insert and its publish). The claim turns any extra delivery
-   into a recorded no-op, so re-publishing can never run a slot twice;
-3. records ``lost`` the runs whose worker died (``jobs.upkeep.recovery``);
-4. prunes the schedule change log, and run history when due (``jobs.upkeep.retention``);
-5. opens the incidents no run outcome reveals (``jobs.alerts.detect``): stuck runs, the cluster
-   without a live node, and (every minute) jobs overdue. A failure here is logged and does not
-   stop the pass; alerts themselves are sent by their own thread (``jobs.alerts.sender``).
-
-Where it runs: inside every beat, on a background thread, every ``JOBS_MAINTENANCE_INTERVAL``
-seconds — there is no extra process to deploy, and it keeps running while any beat does. The
-``maintenance`` lease makes one beat at a time do it; the others find the lease held and skip.
-Every statement is conditional, so even two passes overlapping (a holder paused past its lease)
-only repeat work: at worst a run is published twice, and its second delivery is a no-op.
+More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations
