@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +16,6 @@ from typing import Any
 import pytest
 from celery import Task
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -30,6 +27,7 @@ from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from tests.integration.conftest import Published
 from tests.support import jobs_under_test, plain_tasks
 from tests.support.plain_tasks import guarded_boom, guarded_city, guarded_once, guarded_span
+from tests.support.worker_threads import on_a_worker_thread, wait_for_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,25 +41,6 @@ MakeJob = Callable[..., Job]
 def _spans(log: Path) -> list[tuple[str, float, float]]:
     lines = log.read_text().splitlines() if log.exists() else []
     return [(note, float(start), float(end)) for note, start, end, _ in map(str.split, lines)]
-
-
-def _on_a_worker_thread(run_id: int) -> threading.Thread:
-    def work() -> None:
-        try:
-            execute_run(run_id, task_id="t", node="n")
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    return thread
-
-
-def _wait_for_token(run_id: int) -> None:
-    deadline = time.monotonic() + 10
-    while not JobRun.objects.filter(pk=run_id, fencing_token__isnull=False).exists():
-        assert time.monotonic() < deadline, "the run never took its lease"
-        time.sleep(0.05)
 
 
 def _scheduled_run(job: Job) -> JobRun:
@@ -111,8 +90,8 @@ def test_a_call_while_a_scheduled_run_holds_the_lease_is_skipped_naming_it(
     log = tmp_path / "spans.log"
     job = make_job("sync", task=SPAN, kwargs={"log": str(log), "note": "slot", "seconds": 2})
     scheduled = _scheduled_run(job)
-    worker = _on_a_worker_thread(scheduled.pk)
-    _wait_for_token(scheduled.pk)
+    worker = on_a_worker_thread(scheduled.pk)
+    wait_for_token(scheduled.pk)
 
     call = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(log), note="call")))
     execute_run(call.pk, task_id="c", node="n")
@@ -130,8 +109,8 @@ def test_a_call_under_overlap_wait_runs_after_the_scheduled_run(
     kwargs = {"log": str(log), "note": "slot", "seconds": 1.5}
     job = make_job("sync", task=SPAN, kwargs=kwargs, overlap="wait")
     scheduled = _scheduled_run(job)
-    worker = _on_a_worker_thread(scheduled.pk)
-    _wait_for_token(scheduled.pk)
+    worker = on_a_worker_thread(scheduled.pk)
+    wait_for_token(scheduled.pk)
 
     call = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(log), note="call")))
     execute_run(call.pk, task_id="c", node="n")
@@ -150,7 +129,7 @@ def test_two_concurrent_calls_run_one_at_a_time(
     log = tmp_path / "spans.log"
     make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)}, overlap="wait")
     calls = [_run_id(guarded_span.delay(str(log), note=f"c{n}", seconds=0.5)) for n in range(2)]
-    workers = [_on_a_worker_thread(run_id) for run_id in calls]
+    workers = [on_a_worker_thread(run_id) for run_id in calls]
     for worker in workers:
         worker.join()
     runs = JobRun.objects.filter(pk__in=calls)
@@ -166,8 +145,8 @@ def test_a_lock_key_from_the_arguments_separates_calls_by_city(
     log = tmp_path / "spans.log"
     make_job("cities", task=CITY, kwargs={"log": str(log), "city": "Oslo"})
     paris = _run_id(guarded_city.delay(str(log), "Paris", seconds=1.5))
-    worker = _on_a_worker_thread(paris)
-    _wait_for_token(paris)
+    worker = on_a_worker_thread(paris)
+    wait_for_token(paris)
     # Another city runs at once; the same city, by position or by name, finds its lease held.
     lyon = _run_id(guarded_city.delay(str(log), city="Lyon"))
     paris_again = _run_id(guarded_city.delay(log=str(log), city="Paris"))
@@ -200,8 +179,8 @@ def test_raise_on_duplicate_refuses_a_call_while_the_lease_is_held_or_a_call_wai
     first = _run_id(guarded_once.delay(str(log), note="first", seconds=1.5))
     with pytest.raises(DuplicateCall, match=f"run {first} of lock key job:once waits"):
         guarded_once.delay(str(log), note="queued twice")
-    worker = _on_a_worker_thread(first)
-    _wait_for_token(first)
+    worker = on_a_worker_thread(first)
+    wait_for_token(first)
     with pytest.raises(DuplicateCall, match="lease job:once is held by n:"):
         guarded_once.delay(str(log), note="while running")
     worker.join()
@@ -299,8 +278,8 @@ def test_a_call_holds_the_lease_for_the_jobs_ttl(
 ) -> None:
     make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)}, lease_ttl=7)
     call = _run_id(guarded_span.delay(str(tmp_path / "spans.log"), seconds=1))
-    worker = _on_a_worker_thread(call)
-    _wait_for_token(call)
+    worker = on_a_worker_thread(call)
+    wait_for_token(call)
     held = Lease.objects.get(key="job:sync")
     worker.join()
     assert held.expires_at - held.acquired_at == timedelta(seconds=7)
@@ -350,8 +329,8 @@ def test_under_task_always_eager_a_call_runs_here_under_its_lease(
     assert (run.status, run.lease_key) == (RunStatus.SUCCEEDED, "job:sync")
 
     scheduled = _scheduled_run(Job.objects.get(name="sync"))
-    worker = _on_a_worker_thread(scheduled.pk)
-    _wait_for_token(scheduled.pk)
+    worker = on_a_worker_thread(scheduled.pk)
+    wait_for_token(scheduled.pk)
     skipped: Any = guarded_span.delay(str(log), note="while held").result
     worker.join()
     assert skipped["status"] == "skipped" and "lease job:sync held by" in skipped["reason"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,6 @@ from celery import current_app
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -27,6 +24,7 @@ from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
+from tests.support.worker_threads import on_a_worker_thread, wait_for_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,25 +55,6 @@ def _run_for(job: Job) -> JobRun:
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def _on_a_worker_thread(run_id: int) -> threading.Thread:
-    def work() -> None:
-        try:
-            execute_run(run_id, task_id="t", node="n")
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    return thread
-
-
-def _wait_for_token(run_id: int) -> None:
-    deadline = time.monotonic() + 10
-    while not JobRun.objects.filter(pk=run_id, fencing_token__isnull=False).exists():
-        assert time.monotonic() < deadline, "the run never took its lease"
-        time.sleep(0.05)
 
 
 # --- what is offered ----------------------------------------------------------------------
@@ -229,8 +208,8 @@ def test_a_plain_task_whose_lease_is_taken_away_is_recorded_lost(tmp_path: Path)
     log = tmp_path / "log"
     job = _plain_job("slow", args=[str(log)], kwargs={"seconds": 2.0}, lease_ttl=3)
     run = _run_for(job)
-    worker = _on_a_worker_thread(run.pk)
-    _wait_for_token(run.pk)
+    worker = on_a_worker_thread(run.pk)
+    wait_for_token(run.pk)
     assert lease.force_release(job.lock_key)
     newer = lease.acquire(job.lock_key, "usurper", 30)
     assert newer is not None
@@ -246,8 +225,8 @@ def test_a_task_with_ctx_sees_stopping_and_its_fenced_write_is_refused(tmp_path:
     log = tmp_path / "log"
     job = _plain_job("fenced", FENCED, args=[str(log)], lease_ttl=3)
     run = _run_for(job)
-    worker = _on_a_worker_thread(run.pk)
-    _wait_for_token(run.pk)
+    worker = on_a_worker_thread(run.pk)
+    wait_for_token(run.pk)
     assert lease.force_release(job.lock_key)
     assert lease.acquire(job.lock_key, "usurper", 30) is not None
     worker.join(timeout=10)

@@ -1,0 +1,33 @@
+"""Running a run as a worker would, on a thread of the test process (its own connection)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from django.db import connection
+
+from jobs.guard.runner import execute_run
+from jobs.models import JobRun
+
+
+def on_a_worker_thread(run_id: int) -> threading.Thread:
+    """Start ``execute_run(run_id)`` on a thread of its own, closing its connection after."""
+
+    def work() -> None:
+        try:
+            execute_run(run_id, task_id="t", node="n")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread
+
+
+def wait_for_token(run_id: int, timeout: float = 10) -> None:
+    """Until the run has taken its lease (its fencing token is recorded)."""
+    deadline = time.monotonic() + timeout
+    while not JobRun.objects.filter(pk=run_id, fencing_token__isnull=False).exists():
+        assert time.monotonic() < deadline, "the run never took its lease"
+        time.sleep(0.05)
