@@ -67,6 +67,23 @@ def _event_publisher(amqp: Any) -> Any:
     return amqp.app.events.Dispatcher(enabled=False)
 
 
+# Redis (kombu) takes the lowest number first, RabbitMQ the highest: a job's priority means the
+# same on both (9 the most urgent) when it goes out reversed to Redis.
+_REDIS_SCHEMES = ("redis", "rediss", "sentinel")
+
+
+@cache
+def _reversed_priorities(broker_url: str) -> bool:
+    return broker_url.split(":", 1)[0].lower() in _REDIS_SCHEMES
+
+
+def wire_priority(priority: int) -> int:
+    """The message priority that makes ``priority`` (0-9, 9 first) mean the same on the broker."""
+    if _reversed_priorities(str(current_app.conf.broker_url)):
+        return 9 - priority
+    return priority
+
+
 def publish(
     job: Job,
     run_id: int,
@@ -92,7 +109,7 @@ def publish(
     if not sent_event:
         options["event_dispatcher"] = _NO_SENT_EVENT
     if job.priority is not None:
-        options["priority"] = job.priority
+        options["priority"] = wire_priority(job.priority)
     # An adopted django-celery-beat entry's routing (jobs.beat.adoption); blank: the queue's own.
     if job.exchange:
         options["exchange"] = job.exchange

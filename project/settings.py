@@ -167,7 +167,13 @@ CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Longer than any sane job, so Redis redelivery is a crash-recovery path, not a normal one.
     "visibility_timeout": env.int("JOBS_VISIBILITY_TIMEOUT", default=3600, minimum=1),
+    # Redis: one list per priority, all ten (kombu's default steps 0, 3, 6, 9 merge them).
+    "priority_steps": list(range(10)),
 }
+# A job's priority, 0-9, 9 the most urgent, on both brokers: RabbitMQ queues are declared with
+# x-max-priority (an existing queue declared without it must be deleted first: RabbitMQ refuses a
+# redeclare with other arguments), and jobs.dispatch turns it around for Redis, where 0 is first.
+CELERY_TASK_QUEUE_MAX_PRIORITY = 9
 
 # --- Jobs app ------------------------------------------------------------------------------
 JOBS_MODULES = env.list("JOBS_MODULES")
