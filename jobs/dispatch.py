@@ -182,15 +182,25 @@ def _refuse_unregistered(job: Job, run_id: int) -> None:
     run_records.fail_unclaimed(run_id, node="", error=error)
 
 
-def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL, idempotency_key: str = "") -> JobRun:
-    """Create a run of ``job`` for now, outside its schedule, and publish it after commit.
+def trigger_now(
+    job: Job,
+    trigger: Trigger = Trigger.MANUAL,
+    idempotency_key: str = "",
+    kwargs: dict[str, Any] | None = None,
+) -> JobRun:
+    """Create a run of ``job`` for now, outside its schedule, and publish it after commit;
+    with ``kwargs``, the run's own keyword arguments (validated by the caller, services).
 
     With an ``idempotency_key``, a second run with the same key for the same job violates
     ``one_run_per_idempotency_key`` and raises ``IntegrityError`` (see ``trigger_once``)."""
     _refuse_continuous(job)
     with transaction.atomic():
         run = JobRun.objects.create(
-            job=job, scheduled_for=timezone.now(), trigger=trigger, idempotency_key=idempotency_key
+            job=job,
+            scheduled_for=timezone.now(),
+            trigger=trigger,
+            idempotency_key=idempotency_key,
+            kwargs=kwargs,
         )
         # A broker outage must not turn "run now" into an error after the run was recorded:
         # the run stays scheduled and maintenance re-publishes it.
@@ -200,7 +210,10 @@ def trigger_now(job: Job, trigger: Trigger = Trigger.MANUAL, idempotency_key: st
 
 
 def trigger_once(
-    job: Job, idempotency_key: str, trigger: Trigger = Trigger.API
+    job: Job,
+    idempotency_key: str,
+    trigger: Trigger = Trigger.API,
+    kwargs: dict[str, Any] | None = None,
 ) -> tuple[JobRun, bool]:
     """The run of ``job`` made with ``idempotency_key``, created (and published) only if none
     exists yet; the flag says whether this call created it. The unique constraint decides, so
@@ -210,7 +223,7 @@ def trigger_once(
     if existing is not None:
         return existing, False
     try:
-        return trigger_now(job, trigger, idempotency_key=idempotency_key), True
+        return trigger_now(job, trigger, idempotency_key=idempotency_key, kwargs=kwargs), True
     except IntegrityError:
         # A concurrent call with the same key committed first: its run is the answer.
         winner = JobRun.objects.filter(job=job, idempotency_key=idempotency_key).first()

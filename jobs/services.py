@@ -269,28 +269,62 @@ def remove(name: str, *, actor: Actor) -> None:
 
 
 @transaction.atomic
-def run_now(name: str, trigger: Trigger = Trigger.MANUAL, *, actor: Actor) -> JobRun:
+def run_now(
+    name: str,
+    trigger: Trigger = Trigger.MANUAL,
+    *,
+    actor: Actor,
+    kwargs: dict[str, Any] | None = None,
+) -> JobRun:
+    """A run now; ``kwargs`` update the job's own keyword arguments for this run only."""
     job = get_job(name)
-    run = trigger_now(job, trigger)
+    run = trigger_now(job, trigger, kwargs=run_kwargs(job, kwargs))
     audit.record(actor, AuditAction.RUN_NOW, job=job, after=_run_values(run))
     return run
 
 
 @transaction.atomic
 def run_once(
-    name: str, idempotency_key: str, trigger: Trigger = Trigger.API, *, actor: Actor
+    name: str,
+    idempotency_key: str,
+    trigger: Trigger = Trigger.API,
+    *,
+    actor: Actor,
+    kwargs: dict[str, Any] | None = None,
 ) -> tuple[JobRun, bool]:
     """``run_now`` at most once per ``idempotency_key``: the flag says whether a run was made.
     A replayed key makes nothing, so it records nothing."""
     job = get_job(name)
-    run, created = trigger_once(job, idempotency_key, trigger)
+    run, created = trigger_once(job, idempotency_key, trigger, kwargs=run_kwargs(job, kwargs))
     if created:
         audit.record(actor, AuditAction.RUN_NOW, job=job, after=_run_values(run))
     return run, created
 
 
+def run_kwargs(job: Job, given: Any) -> dict[str, Any] | None:
+    """The keyword arguments of a run triggered with ``given``: the job's, updated with them
+    (``None``: the job's own, as for every run). Checked against the function's signature like
+    the job's; raises ``ValidationError`` on ``kwargs``."""
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise ValidationError(
+            {"kwargs": ['Keyword arguments must be a JSON object, e.g. {"city": "Paris"}.']}
+        )
+    merged = {**job.kwargs, **given}
+    probe = Job(name=job.name, task=job.task, args=job.args, kwargs=merged)
+    errors = _argument_errors(probe)
+    if errors:
+        messages = [message for field_errors in errors.values() for message in field_errors]
+        raise ValidationError({"kwargs": messages})
+    return merged
+
+
 def _run_values(run: JobRun) -> dict[str, Any]:
-    return {"run": run.pk, "trigger": run.trigger, "idempotency_key": run.idempotency_key}
+    values = {"run": run.pk, "trigger": run.trigger, "idempotency_key": run.idempotency_key}
+    if run.kwargs is not None:
+        values["kwargs"] = run.kwargs
+    return values
 
 
 @transaction.atomic

@@ -361,6 +361,18 @@ def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
     return services.get_job(job.name)
 
 
+def _trigger_kwargs(request: HttpRequest) -> Any:
+    """A trigger's optional JSON body, ``{"kwargs": {...}}``: this run's keyword arguments. A
+    form post (a staff session's, which carries its CSRF token so) has none."""
+    if request.content_type != "application/json" or not request.body:
+        return None
+    body = _json_object(request)
+    unknown = sorted(set(body) - {"kwargs"})
+    if unknown:
+        raise invalid({name: ["unknown field: a trigger takes only kwargs"] for name in unknown})
+    return body.get("kwargs")
+
+
 def _field_errors(exc: ValidationError) -> dict[str, list[str]]:
     if not hasattr(exc, "error_dict"):
         return {"body": exc.messages}
@@ -446,7 +458,13 @@ def job_runs(request: HttpRequest, name: str) -> HttpResponse:
     job = services.get_job(name)
     if request.method == "POST":
         key = _idempotency_key(request)
-        run, created = services.run_once(job.name, key, Trigger.API, actor=actor(request))
+        kwargs = _trigger_kwargs(request)
+        try:
+            run, created = services.run_once(
+                job.name, key, Trigger.API, actor=actor(request), kwargs=kwargs
+            )
+        except ValidationError as exc:
+            raise invalid(_field_errors(exc)) from None
         run = JobRun.objects.select_related("job").get(pk=run.pk)
         response = JsonResponse(serializers.run_record(run), status=201 if created else 200)
         response["Location"] = f"/api/runs/{run.pk}"

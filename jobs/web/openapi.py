@@ -373,7 +373,21 @@ def schema() -> dict[str, Any]:
                     "summary": "Trigger a run now, at most once per Idempotency-Key.",
                     "description": "The same key for the same job returns the first run "
                     "(200, Idempotent-Replayed: true) instead of making a second; keys are "
-                    "remembered as long as the run is kept (see retention).",
+                    "remembered as long as the run is kept (see retention). An optional body "
+                    "gives this run keyword arguments over the job's own, checked against the "
+                    "function's signature.",
+                    "requestBody": {
+                        "required": False,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "properties": {"kwargs": {"type": "object"}},
+                                }
+                            }
+                        },
+                    },
                     "parameters": [
                         {
                             "name": "Idempotency-Key",

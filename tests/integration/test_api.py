@@ -5,9 +5,11 @@ errors for every bad parameter, header or body."""
 from __future__ import annotations
 
 import io
+import json
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from django.utils import timezone
 
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
+from jobs.guard.runner import execute_run
 from jobs.models import ApiToken, Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.web import tokens
@@ -270,6 +273,39 @@ def test_the_same_key_twice_is_the_same_run(api: Client, make_job: Callable[...,
         "order-42",
     )
     assert JobRun.objects.filter(job__name="report").count() == 2
+
+
+def test_a_trigger_body_gives_the_run_its_own_kwargs(
+    api: Client, make_job: Callable[..., Job], tmp_path: Path
+) -> None:
+    make_job("report", task="tests.record", kwargs={"log": "/dev/null"})
+
+    def post(body: str, key: str) -> Any:
+        return api.post(
+            "/api/jobs/report/runs",
+            data=body,
+            content_type="application/json",
+            headers={"idempotency-key": key},
+        )
+
+    own_log = tmp_path / "own.log"
+    made = post(json.dumps({"kwargs": {"log": str(own_log), "seconds": 0.01}}), "with-kwargs")
+    assert made.status_code == 201
+    run = JobRun.objects.get(pk=made.json()["id"])
+    assert run.kwargs == {"log": str(own_log), "seconds": 0.01}
+    execute_run(run.pk, task_id="t", node="n")
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+    assert len(own_log.read_text().splitlines()) == 1, "the run ran with its own kwargs"
+    for body, field in [
+        ('{"kwargs": {"nope": 1}}', "kwargs"),
+        ('{"kwargs": [1]}', "kwargs"),
+        ('{"args": [1]}', "args"),
+        ("[]", "body"),
+    ]:
+        refused = post(body, f"refused-{field}-{len(body)}")
+        assert refused.status_code == 400, body
+        assert list(refused.json()["fields"]) == [field], body
+    assert JobRun.objects.count() == 1, "a refused trigger records nothing"
 
 
 def test_the_database_refuses_a_second_run_with_one_key(make_job: Callable[..., Job]) -> None:

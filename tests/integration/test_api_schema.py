@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import schemathesis
@@ -39,13 +40,16 @@ def wsgi_keeps_the_test_connection() -> Iterator[None]:
         request_finished.connect(close_old_connections)
 
 
-def _api_routes() -> set[str]:
-    """``/api/...`` routes of the URLconf, with ``{name}`` for each path converter."""
+def _api_routes(patterns: Any = None, prefix: str = "") -> set[str]:
+    """``/api/...`` routes of the URLconf (through its includes), with ``{name}`` for each path
+    converter."""
     routes: set[str] = set()
-    for pattern in get_resolver().url_patterns:
-        if isinstance(pattern, URLPattern) and str(pattern.pattern).startswith("api/"):
-            routes.add("/" + re.sub(r"<str:(\w+)>", r"{\1}", str(pattern.pattern)))
-        assert not isinstance(pattern, URLResolver) or "api" not in str(pattern.pattern)
+    for pattern in get_resolver().url_patterns if patterns is None else patterns:
+        path = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            routes |= _api_routes(pattern.url_patterns, path)
+        elif isinstance(pattern, URLPattern) and path.startswith("api/"):
+            routes.add("/" + re.sub(r"<str:(\w+)>", r"{\1}", path))
     return routes
 
 

@@ -764,6 +764,26 @@ def test_run_creates_a_manual_run_and_prints_its_id(
     assert len(callbacks) == 2  # its publish and its audit log line
 
 
+@pytest.mark.django_db
+def test_run_with_kwargs_gives_this_run_its_own_over_the_jobs(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    add("report", "--every", "1h", "--kwargs", '{"city": "Paris"}')
+    with django_capture_on_commit_callbacks(execute=False):
+        out = jobs("run", "report", "--kwargs", '{"city": "Lyon"}')
+    run = JobRun.objects.get()
+    assert out == f"{run.pk}\n"
+    assert run.kwargs == {"city": "Lyon"}
+    assert Job.objects.get(name="report").kwargs == {"city": "Paris"}, "the job keeps its own"
+    for flags, message in [
+        (["--kwargs", '{"town": "Lyon"}'], "jobs run: error: --kwargs: tests.cli_example cannot"),
+        (["--kwargs", "[1]"], "jobs run: error: --kwargs: Keyword arguments must be a JSON object"),
+        (["--kwargs", "{"], "jobs run: error: --kwargs: "),
+    ]:
+        assert str(jobs_error("run", "report", *flags)).startswith(message), flags
+    assert JobRun.objects.count() == 1, "a refused trigger records nothing"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_run_with_the_broker_down_still_prints_the_id_of_the_recorded_run(
     monkeypatch: pytest.MonkeyPatch,

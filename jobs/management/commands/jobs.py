@@ -131,7 +131,16 @@ class Command(BaseCommand):
             ("resume", "Resume a paused job."),
             ("remove", "Delete a job, its beat entry and its run history."),
         ):
-            verbs.add_parser(verb, verb=verb, help=text).add_argument("name", metavar="NAME")
+            parser = verbs.add_parser(verb, verb=verb, help=text)
+            parser.add_argument("name", metavar="NAME")
+            if verb == "run":
+                parser.add_argument(
+                    "--kwargs",
+                    dest="run_kwargs",
+                    type=cli.json_value,
+                    metavar="JSON",
+                    help="JSON object: keyword arguments for this run, over the job's own.",
+                )
         runs = self._add_listing(verbs, "runs", "List runs, newest slot first.")
         runs.add_argument("job", metavar="JOB", nargs="?", help="Only the runs of this job.")
         runs.add_argument("--status", choices=RunStatus.values, help="Only runs in this state.")
@@ -316,7 +325,12 @@ class Command(BaseCommand):
 
     def _verb_run(self, options: dict[str, Any]) -> None:
         # A broker outage is logged, not raised: the run is recorded and stays scheduled.
-        run = services.run_now(options["name"], actor=Actor.cli())
+        try:
+            run = services.run_now(
+                options["name"], actor=Actor.cli(), kwargs=options.get("run_kwargs")
+            )
+        except ValidationError as exc:
+            raise cli.CliError("run", cli.validation_detail(exc)) from None
         self.stdout.write(str(run.pk))
 
     def _verb_pause(self, options: dict[str, Any]) -> None:
