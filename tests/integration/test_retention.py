@@ -188,4 +188,7 @@ def test_retention_settings_are_read_as_durations() -> None:
             conf = get_ops_conf()
         finally:
             get_ops_conf.cache_clear()
-    assert conf.retention == {"succeeded": timedelta(hours=12), "lost": None}
+    assert conf.retention["succeeded"] == timedelta(hours=12)
+    assert conf.retention["lost"] is None
+    # A status the setting leaves out keeps its default (a project may set only some).
+    assert conf.retention["failed"] == timedelta(days=30)
