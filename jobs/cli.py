@@ -197,6 +197,16 @@ def positive_int(text: str) -> int:
 
 
 @argument_type
+def yes_no(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("yes", "true", "on", "1"):
+        return True
+    if lowered in ("no", "false", "off", "0"):
+        return False
+    raise ValueError(f"{text!r}: give yes or no")
+
+
+@argument_type
 def reasons(text: str) -> list[str]:
     """``"failed,lost"`` as a list of alert reasons; ``""`` or ``all``: every reason."""
     if text.strip().lower() == "all":

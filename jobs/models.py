@@ -194,6 +194,13 @@ class Job(models.Model):
         validators=[MaxValueValidator(9)],
         help_text="Celery message priority, 0-9.",
     )
+    # Back-pressure (jobs.beat.coalescing): a slot is recorded skipped, not queued, while the
+    # job's previous run still waits in the queue.
+    coalesce = models.BooleanField(
+        default=False,
+        db_default=False,  # rows written in SQL (adoption's functions) get it too
+        help_text="Skip a slot while this job's previous run still waits in its queue.",
+    )
     # Alerts: read by the database functions that open incidents (migration 0013).
     alert_channels = models.CharField(
         max_length=16,

@@ -26,7 +26,7 @@ from django_celery_beat.models import (
 )
 
 from jobs.alerts.sender import AlertSender
-from jobs.beat import adoption, changelog, entries, schedule_errors
+from jobs.beat import adoption, changelog, coalescing, entries, schedule_errors
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.conf import get_conf
@@ -58,7 +58,7 @@ _BEGINNING = datetime.min.replace(tzinfo=UTC)
 # itself is decoded by ``beat_link`` from the beat entry's schedule rows.
 _KEPT = {
     "id", "name", "task", "queue", "priority", "soft_time_limit", "time_limit",
-    "start_deadline", "catch_up", "updated_at", "exchange", "routing_key",
+    "start_deadline", "catch_up", "updated_at", "exchange", "routing_key", "coalesce",
 }  # fmt: skip
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
@@ -324,8 +324,15 @@ class ClusterScheduler(Scheduler):
             won = run_records.insert_scheduled([(entry.job_id, slot) for entry, slot in chunk])
             by_id = {entry.job_id: entry for entry, _ in chunk}
             created += len(won)
+            coalesced = coalescing.skip_while_queued(
+                [(run.run_id, run.job_id) for run in won if by_id[run.job_id].job.coalesce]
+            )
             sent += publish_many(
-                ((by_id[run.job_id].job, run.run_id, run.scheduled_for) for run in won),
+                (
+                    (by_id[run.job_id].job, run.run_id, run.scheduled_for)
+                    for run in won
+                    if run.run_id not in coalesced
+                ),
                 producer=self.producer,
                 sent_event=sent_event,
             )

@@ -119,6 +119,7 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "lease_ttl": {"type": "integer", "minimum": 3, "maximum": _INT32_MAX},
     "queue": {"type": "string", "minLength": 1, "maxLength": 100},
     "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9}),
+    "coalesce": {"type": "boolean"},
     "alert_channels": {"type": "string", "enum": AlertChannels.values},
     "alert_reasons": {
         "type": "array",

@@ -346,3 +346,26 @@ def test_the_banner_s_maxinterval_is_the_scheduler_s_real_longest_sleep(
     beat = ClusterScheduler(app=app, clock=clock, maintain=False, max_interval=300)
     assert beat.max_interval == settings.JOBS_BEAT_MAX_INTERVAL != 300
     assert beat.tick_at(clock.now) <= settings.JOBS_BEAT_MAX_INTERVAL
+
+
+def test_a_coalescing_job_skips_its_slots_while_its_previous_run_waits_in_the_queue(
+    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+) -> None:
+    coalescing = make_job("coalescing", schedule=Every(10), queue=QUEUE, coalesce=True)
+    piling = make_job("piling", schedule=Every(10), queue=QUEUE)
+    beat = _beat(clock)
+    slots = [clock.now + timedelta(seconds=10 * n) for n in (1, 2, 3)]
+    for slot in slots:  # no worker takes anything meanwhile
+        _tick(beat, slot + timedelta(milliseconds=5))
+    first, *later = JobRun.objects.filter(job=coalescing).order_by("scheduled_for")
+    assert first.status == RunStatus.SCHEDULED
+    assert [(run.status, run.error) for run in later] == [
+        (RunStatus.SKIPPED, f"coalesced: run {first.pk} of this job still waits in its queue")
+    ] * 2
+    assert JobRun.objects.filter(job=piling, status=RunStatus.SCHEDULED).count() == 3
+    assert broker.llen(QUEUE) == 1 + 3, "one message for the coalescing job, three for the other"
+    # Once a worker took the queued run, the next slot goes out again.
+    JobRun.objects.filter(pk=first.pk).update(status=RunStatus.RUNNING)
+    _tick(beat, slots[-1] + timedelta(seconds=10, milliseconds=5))
+    assert JobRun.objects.filter(job=coalescing).latest("scheduled_for").status == "scheduled"
+    assert broker.llen(QUEUE) == 1 + 4 + 1

@@ -46,6 +46,7 @@ JOB_KEYS = {
     "min_hold",
     "queue",
     "priority",
+    "coalesce",
     "alert_channels",
     "alert_reasons",
     "args",
@@ -798,3 +799,12 @@ def test_run_with_the_broker_down_still_prints_the_id_of_the_recorded_run(
     run = JobRun.objects.get()
     assert out == f"{run.pk}\n"
     assert (run.trigger, run.status) == ("manual", "scheduled")  # for maintenance to publish
+
+
+@pytest.mark.django_db
+def test_coalesce_is_a_yes_no_flag() -> None:
+    assert not add("piling", "--every", "10s").coalesce
+    assert add("coalescing", "--every", "10s", "--coalesce", "yes").coalesce
+    error = jobs_error("add", "other", "--task", "tests.cli_example", "--every", "10s",
+                       "--coalesce", "maybe")  # fmt: skip
+    assert str(error) == "jobs add: error: --coalesce: 'maybe': give yes or no"

@@ -91,6 +91,7 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "min_hold": {"type": cli.duration, "metavar": "DURATION"},
     "queue": {"metavar": "QUEUE"},
     "priority": {"type": int, "metavar": "0-9"},
+    "coalesce": {"type": cli.yes_no, "metavar": "yes|no"},
     "alert_channels": {"choices": AlertChannels.values},
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
 }

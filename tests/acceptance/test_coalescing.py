@@ -1,0 +1,85 @@
+"""Back-pressure with real processes: two beats, and the only worker stopped (SIGSTOP) for
+15 s under 1-second jobs. A coalescing job keeps one run waiting in the queue and records the
+other slots skipped; the same job without coalescing piles up one queued run per slot. Every
+slot still has exactly one record."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from jobs.audit import Actor
+from jobs.models import Job, JobRun, RunStatus
+from jobs.schedule.kinds import Every
+from jobs.services import JobDefinition, create_job
+from tests.acceptance.conftest import Cluster, wait_for
+
+pytestmark = pytest.mark.acceptance
+
+STOPPED_FOR = 15
+
+
+def _job(cluster: Cluster, name: str, log: Path, coalesce: bool) -> Job:
+    return create_job(
+        JobDefinition(
+            name=name,
+            task="tests.record",
+            schedule=Every(1),
+            kwargs={"log": str(log)},
+            # Long enough that the queued runs are not recorded missed before the worker is back.
+            policies={"queue": cluster.queue, "coalesce": coalesce, "start_deadline": 120},
+        ),
+        actor=Actor.code("tests"),
+    )
+
+
+def _queued(job: Job) -> int:
+    return JobRun.objects.filter(job=job, status=RunStatus.SCHEDULED).count()
+
+
+def test_a_coalescing_job_keeps_one_run_queued_while_its_workers_are_stopped(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    worker = cluster.start_worker("worker", concurrency=1)
+    for name in ("beat-1", "beat-2"):
+        cluster.start_beat(name)
+    coalescing = _job(cluster, "coalescing", log, coalesce=True)
+    piling = _job(cluster, "piling", log, coalesce=False)
+    wait_for(
+        lambda: JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() >= 4,
+        timeout=90,
+        what="both jobs running",
+    )
+
+    worker.send_signal(signal.SIGSTOP)  # the main process: it takes no more messages
+    stopped_at = timezone.now()
+    try:
+        deadline = time.monotonic() + STOPPED_FOR
+        while time.monotonic() < deadline:
+            assert _queued(coalescing) <= 2, "runs piled up for the coalescing job"
+            time.sleep(0.5)
+        skipped = JobRun.objects.filter(
+            job=coalescing, status=RunStatus.SKIPPED, error__startswith="coalesced: run "
+        )
+        assert skipped.count() >= STOPPED_FOR - 5
+        assert _queued(piling) >= STOPPED_FOR - 5, "the other job piles up, one per slot"
+    finally:
+        worker.send_signal(signal.SIGCONT)
+
+    wait_for(lambda: _queued(piling) <= 1, timeout=60, what="the piled-up runs drained")
+    for job in (coalescing, piling):
+        slots = list(
+            JobRun.objects.filter(job=job, scheduled_for__gte=stopped_at - timedelta(seconds=1))
+            .order_by("scheduled_for")
+            .values_list("scheduled_for", flat=True)
+        )
+        assert len(slots) == len(set(slots)), f"{job.name}: a slot has two records"
+        gaps = {b - a for a, b in itertools.pairwise(slots)}
+        assert gaps <= {timedelta(seconds=1)}, f"{job.name}: a slot has no record"
