@@ -342,6 +342,8 @@ def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
     if errors:
         raise invalid(errors)
     enabled = changes.pop("enabled", None)
+    muting = "alerts_muted_until" in changes
+    muted_until = _instant(changes.pop("alerts_muted_until", None))
     if changes:
         for name, value in changes.items():
             setattr(job, name, value)
@@ -358,6 +360,8 @@ def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
             raise invalid(_field_errors(exc)) from None
     if enabled is not None and enabled != job.enabled:
         job = services.set_enabled(job, enabled, actor=by)
+    if muting:
+        services.mute(job.name, muted_until, actor=by)
     return services.get_job(job.name)
 
 
@@ -411,6 +415,27 @@ def _queue(value: Any) -> str | None:
     return None
 
 
+def _instant(value: Any) -> datetime | None:
+    """An ISO 8601 time with its UTC offset (checked by ``_instant_or_null``) in UTC, or
+    ``None``. In UTC: PostgreSQL refuses offsets beyond ±15:59 that Python takes."""
+    parsed = None if value is None else parse_datetime(value)
+    return None if parsed is None else parsed.astimezone(UTC)
+
+
+def _instant_or_null(value: Any) -> str | None:
+    if value is None:
+        return None
+    problem = "must be an ISO 8601 time with its UTC offset, e.g. 2030-01-01T09:00:00Z, or null"
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+        if parsed is None or parsed.tzinfo is None:
+            return problem
+        parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return problem
+    return None
+
+
 def _reasons(value: Any) -> str | None:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         return f"must be a list of reasons among {', '.join(JOB_ALERT_REASONS)} (empty: all)"
@@ -434,6 +459,7 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "coalesce": _boolean,
     "alert_channels": _one_of(AlertChannels.values),
     "alert_reasons": _reasons,
+    "alerts_muted_until": _instant_or_null,
 }
 
 

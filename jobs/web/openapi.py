@@ -107,6 +107,10 @@ _OFFSET = _query(
     {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
 )
 
+_MUTED_UNTIL = _nullable(
+    {**_DATETIME, "description": "Alerts muted until then (null: not muted); incidents still open."}
+)
+
 _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "overlap": {"type": "string", "enum": Overlap.values},
     "start_deadline": {"type": "integer", "minimum": 1, "maximum": _INT32_MAX},
@@ -156,6 +160,7 @@ _SCHEMAS: dict[str, Any] = {
             "args",
             "kwargs",
             *_POLICY_PROPERTIES,
+            "alerts_muted_until",
             "managed_by_code",
             "created_at",
             "updated_at",
@@ -179,6 +184,7 @@ _SCHEMAS: dict[str, Any] = {
             "args": {"type": "array", "items": {}},
             "kwargs": {"type": "object"},
             **_POLICY_PROPERTIES,
+            "alerts_muted_until": _MUTED_UNTIL,
             "managed_by_code": {"type": "boolean"},
             "created_at": _DATETIME,
             "updated_at": _DATETIME,
@@ -195,7 +201,11 @@ _SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "description": "Pause/resume (`enabled`) and policies. A policy change makes the job "
         "the operator's: later changes to its declaration in code no longer apply.",
-        "properties": {"enabled": {"type": "boolean"}, **_POLICY_PROPERTIES},
+        "properties": {
+            "enabled": {"type": "boolean"},
+            **_POLICY_PROPERTIES,
+            "alerts_muted_until": _MUTED_UNTIL,
+        },
     },
     "Run": {
         "type": "object",

@@ -75,7 +75,7 @@ def job_fields(job: Job) -> dict[str, Any]:
         "schedule_error": schedule_error(job),
     }
     record.update((name, getattr(job, name)) for name in POLICY_FIELDS)
-    record.update(args=job.args, kwargs=job.kwargs)
+    record.update(args=job.args, kwargs=job.kwargs, alerts_muted_until=job.alerts_muted_until)
     return record
 
 

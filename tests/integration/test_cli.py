@@ -51,6 +51,7 @@ JOB_KEYS = {
     "alert_reasons",
     "args",
     "kwargs",
+    "alerts_muted_until",
 }
 RUN_KEYS = {
     "id",
@@ -617,9 +618,10 @@ def test_show_json_is_one_object_and_text_is_one_field_per_line() -> None:
     assert record["schedule"] == "every 90 seconds" and record["args"] == ["Lyon"]
     lines = jobs("show", "report").splitlines()
     assert len(lines) == len(JOB_KEYS)
-    assert "schedule         every 90 seconds" in lines
-    assert 'args             ["Lyon"]' in lines
-    assert "priority         -" in lines
+    assert "schedule            every 90 seconds" in lines
+    assert 'args                ["Lyon"]' in lines
+    assert "priority            -" in lines
+    assert "alerts_muted_until  -" in lines
 
 
 @pytest.mark.django_db
