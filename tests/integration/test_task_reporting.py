@@ -200,3 +200,13 @@ def test_continuous_tenures_link_to_no_flower_page(make_job: Callable[..., Job])
             assert serializers.flower_task_url(tenure) is None
         finally:
             get_ops_conf.cache_clear()
+
+
+def test_the_runner_acknowledges_late_whatever_the_projects_celery_settings_say() -> None:
+    # A project adopting the app may not set task_acks_late / task_reject_on_worker_lost: the
+    # runner's own options keep a dead worker's message for redelivery (the run then ends lost
+    # or runs once), as the platform's settings do.
+    for name in ("tests.fail", "jobs.run"):
+        task = current_app.tasks[name]
+        assert isinstance(task, RunTask)
+        assert task.acks_late is True and task.reject_on_worker_lost is True
