@@ -451,8 +451,15 @@ def test_commands_point_at_existing_modules() -> None:
         assert in_image(path), f"{path} is not copied into the image"
 
 
+def platform_dependencies() -> list[str]:
+    """What the image runs on: the app's dependencies and the platform extra (web server,
+    Flower, broker client), as requirements/base.txt pins them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["platform"]]
+
+
 def test_server_programs_are_dependencies() -> None:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = platform_dependencies()
     declared = {re.split(r"[\[<>=!~; ]", dep, maxsplit=1)[0].lower() for dep in deps}
     for name, svc in app_services().items():
         argv = command(svc) or dockerfile_cmd()
@@ -467,7 +474,7 @@ def test_base_requirements_pin_every_dependency() -> None:
     def normalize(name: str) -> str:
         return re.sub(r"[-_.]+", "-", name).lower()
 
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = platform_dependencies()
     declared = {normalize(re.split(r"[\[<>=!~; ]", dep, maxsplit=1)[0]) for dep in deps}
     pinned = {
         normalize(line.split("==", 1)[0])
