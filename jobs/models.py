@@ -79,6 +79,13 @@ class Trigger(models.TextChoices):
     RETRY = "retry"
     # ``.delay()`` / ``.apply_async()`` of a guarded task (jobs.calls), outside the schedule.
     CALL = "call"
+    # A past slot that had no run, made by ``jobs backfill`` (jobs.backfill); one per slot, as
+    # a scheduled run.
+    BACKFILL = "backfill"
+
+
+# The triggers whose runs stand for a slot of the schedule: at most one run per job and slot.
+SLOT_TRIGGERS = (Trigger.SCHEDULED, Trigger.BACKFILL)
 
 
 # A job's name is a path segment of the API (/api/jobs/<name>): a slash would make it one that
@@ -325,6 +332,14 @@ class JobRun(models.Model):
     kwargs = models.JSONField(
         null=True, blank=True, help_text="The keyword arguments of this call (empty: the job's)."
     )
+    # A backfill run waits unpublished until its job's previous backfill run ends (jobs.backfill);
+    # its start deadline counts from this release, not from its (past) slot.
+    released_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When this backfill run was released to the queue (its start deadline counts "
+        "from then).",
+    )
     # Counted into RunRollup, so /metrics reads totals instead of every run.
     folded = models.BooleanField(
         db_default=False, editable=False, help_text="Counted into the metrics totals."
@@ -333,10 +348,11 @@ class JobRun(models.Model):
     class Meta:
         ordering = ["-scheduled_for", "-id"]
         constraints = [
-            # Guarantee 1: however many beats fire a slot, only one run record exists for it.
+            # Guarantee 1: however many beats fire a slot (or backfills make it), only one run
+            # record exists for it.
             models.UniqueConstraint(
                 fields=["job", "scheduled_for"],
-                condition=Q(trigger="scheduled"),
+                condition=Q(trigger__in=SLOT_TRIGGERS),
                 name="one_run_per_slot",
             ),
             # The same Idempotency-Key twice (a client's retry) finds the first run (jobs.web.api).
@@ -353,6 +369,13 @@ class JobRun(models.Model):
             models.Index(fields=["-scheduled_for"], name="jobrun_slot"),
             # The few runs not yet counted into RunRollup (jobs.upkeep.rollups.fold).
             models.Index(fields=["id"], condition=Q(folded=False), name="jobrun_unfolded"),
+            # Backfill runs not yet ended, in slot order: what jobs.backfill releases next and
+            # whether one is still in flight. Empty unless a backfill is under way.
+            models.Index(
+                fields=["job", "scheduled_for"],
+                condition=Q(trigger=Trigger.BACKFILL, status__in=["scheduled", "running"]),
+                name="jobrun_backfill_pending",
+            ),
             # For ON DELETE SET NULL when retention deletes a retried run. Partial, so the
             # runs that are no retry (nearly all) cost it nothing when they are updated.
             models.Index(
@@ -587,6 +610,7 @@ class AuditAction(models.TextChoices):
     PAUSE = "pause"
     RESUME = "resume"
     RUN_NOW = "run_now"
+    BACKFILL = "backfill"
     RELEASE_LEASE = "release_lease"
     PRUNE = "prune"
     TOKEN_CREATE = "token_create"

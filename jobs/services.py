@@ -15,9 +15,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django_celery_beat.models import PeriodicTask
 
-from jobs import audit, jsonvalues, registry
+from jobs import audit, backfill, jsonvalues, registry
 from jobs.audit import Actor
 from jobs.beat import entries
+from jobs.database_clock import database_now
 from jobs.dispatch import trigger_now, trigger_once
 from jobs.exceptions import BadLockKey, JobNotFound
 from jobs.guard import lease
@@ -299,6 +300,33 @@ def run_once(
     if created:
         audit.record(actor, AuditAction.RUN_NOW, job=job, after=_run_values(run))
     return run, created
+
+
+@transaction.atomic
+def backfill_job(
+    name: str,
+    since: datetime,
+    until: datetime,
+    *,
+    actor: Actor,
+    max_runs: int = backfill.DEFAULT_MAX_RUNS,
+    dry_run: bool = False,
+) -> backfill.BackfillResult:
+    """Make the runs of the job's slots in ``[since, until]`` that have none (``jobs.backfill``);
+    with ``dry_run``, only say which. Raises ``ValidationError`` naming the bad field."""
+    job = get_job(name)
+    planned = backfill.plan(job, since, until, now=database_now(), max_runs=max_runs)
+    if dry_run:
+        return backfill.BackfillResult(planned, created=0, dry_run=True)
+    created = backfill.create(planned)
+    audit.record(
+        actor,
+        AuditAction.BACKFILL,
+        job=job,
+        after={"since": since.isoformat(), "until": until.isoformat(), "created": created},
+    )
+    transaction.on_commit(lambda: backfill.release_and_publish([job.pk]), robust=True)
+    return backfill.BackfillResult(planned, created=created, dry_run=False)
 
 
 def run_kwargs(job: Job, given: Any) -> dict[str, Any] | None:

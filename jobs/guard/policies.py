@@ -88,7 +88,7 @@ def _wait(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | Ha
         if attempt.late:
             return Skip(
                 f"{held_message(key, attempt.held_by)} until the start deadline "
-                f"({job.start_deadline} s after the slot)"
+                f"({job.start_deadline} s)"
             )
 
 

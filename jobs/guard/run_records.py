@@ -27,7 +27,7 @@ from jobs.guard.lease import (
     run_lease_live_pg,
     statement_cursor,
 )
-from jobs.models import Job, RunStatus
+from jobs.models import Job, RunStatus, Trigger
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class Claim:
     job: Job
     error: str = ""
     lease: HeldLease | None = None
+    trigger: str = Trigger.SCHEDULED
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,14 @@ class LostRun:
     retry: NewRun | None
     node: str = ""  # the worker that was running it
     error: str = ""  # why it was recorded lost
+
+
+def deadline_from_pg(run: str) -> str:
+    """SQL: the instant the start deadline of the run aliased ``run`` counts from: its slot, or
+    for a backfill run (a past slot) its release (jobs.backfill); NULL, so never late, for a
+    backfill run not yet released. The claim function (migration 0018) repeats it."""
+    released, slot = f"{run}.released_at", f"{run}.scheduled_for"
+    return f"CASE WHEN {run}.trigger = 'backfill' THEN {released} ELSE {slot} END"
 
 
 # Guarantee 1: the partial unique index makes the first insert of a slot win; every other beat's
@@ -138,7 +147,7 @@ RETURNING status
 # it lost meanwhile), and the token is recorded on the run in the same statement.
 _ACQUIRE_FOR_RUN = f"""
 WITH run AS (
-    SELECT r.id, now() > r.scheduled_for + make_interval(secs => j.start_deadline) AS late
+    SELECT r.id, now() > {deadline_from_pg("r")} + make_interval(secs => j.start_deadline) AS late
       FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id
      WHERE r.id = %(run_id)s AND r.status = 'running' AND r.fencing_token IS NULL
        FOR UPDATE OF r
@@ -296,7 +305,7 @@ def claim(
         row = cursor.fetchone()
     if row is None:
         return None
-    job = _job_from_columns(row[8:])
+    job = _job_from_columns(row[8:-1])
     held = None
     if row[6] is not None and holder is not None:
         held = held_from_row(row[5], holder, job.lease_ttl, row[6], row[7], sent_at)
@@ -309,6 +318,7 @@ def claim(
         error=row[4],
         job=job,
         lease=held,
+        trigger=row[-1],
     )
 
 
@@ -485,7 +495,7 @@ SELECT j.id, (SELECT r.scheduled_for FROM jobs_jobrun AS r
 """
 
 # Runs that maintenance looks after; a continuous job's tenure is its supervisor's business.
-_MAINTAINED_TRIGGERS = "('scheduled', 'manual', 'api', 'retry')"
+_MAINTAINED_TRIGGERS = "('scheduled', 'manual', 'api', 'retry', 'backfill')"
 
 # A scheduled run whose deadline passed with no claim (its message was lost, or every worker
 # was busy or stopped) is missed. Conditional on status, so a concurrent claim and this update
@@ -497,7 +507,7 @@ UPDATE jobs_jobrun AS r
                       '(recorded by maintenance)', j.start_deadline)
   FROM jobs_job AS j
  WHERE j.id = r.job_id AND r.status = 'scheduled' AND r.trigger IN {_MAINTAINED_TRIGGERS}
-   AND now() > r.scheduled_for + make_interval(secs => j.start_deadline)
+   AND now() > {deadline_from_pg("r")} + make_interval(secs => j.start_deadline)
 RETURNING r.id
 """
 
@@ -511,7 +521,7 @@ UPDATE jobs_jobrun AS r SET dispatched_at = now()
          WHERE s.status = 'scheduled' AND s.trigger IN {_MAINTAINED_TRIGGERS}
            AND greatest(s.scheduled_for, coalesce(s.dispatched_at, s.created_at))
                < now() - make_interval(secs => %(after)s)
-           AND now() <= s.scheduled_for + make_interval(secs => j.start_deadline)
+           AND now() <= {deadline_from_pg("s")} + make_interval(secs => j.start_deadline)
          ORDER BY s.scheduled_for
          LIMIT %(limit)s
            FOR UPDATE OF s SKIP LOCKED)

@@ -20,14 +20,14 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import dispatch, logcontext, registry
+from jobs import backfill, dispatch, logcontext, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import policies, run_records, shutdown_notice
 from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
-from jobs.models import Job, Overlap, RunStatus
+from jobs.models import Job, Overlap, RunStatus, Trigger
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,11 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> Delivery:
     logcontext.bind(job=job.name, slot=claim.scheduled_for, token=_token(claim.lease))
     if claim.status == RunStatus.MISSED:
         log.warning("run missed its start deadline", extra={**fields, "action": "missed"})
+        _release_next_backfill(claim)
         return Delivery(run_id, claim.status, reason=claim.error)
     if claim.status == RunStatus.SKIPPED:
         log.info("run skipped: %s", claim.error, extra={**fields, "action": "skipped"})
+        _release_next_backfill(claim)
         return Delivery(run_id, claim.status, reason=claim.error)
 
     try:
@@ -243,7 +245,22 @@ def _finish(
     )
     if finished.retry is not None:
         dispatch.publish_retry(job, finished.retry)
+    _release_next_backfill(claim)
     return _delivered(claim.run_id, outcome, finished.status)
+
+
+def _release_next_backfill(claim: run_records.Claim) -> None:
+    """A backfill run ended: release (and publish) the job's next one now rather than at the
+    next maintenance pass, which is what does it if this fails."""
+    if claim.trigger != Trigger.BACKFILL:
+        return
+    try:
+        backfill.release_and_publish([claim.job_id])
+    except Exception:
+        log.exception(
+            "releasing the next backfill run failed; maintenance will",
+            extra={"action": "backfill_release_failed", "job": claim.job.name},
+        )
 
 
 def _delivered(run_id: int, outcome: Outcome, recorded: str | None) -> Delivery:

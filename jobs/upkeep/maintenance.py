@@ -16,6 +16,7 @@ from typing import Any
 from celery import current_app
 from django.db import DatabaseError
 
+from jobs import backfill
 from jobs.alerts import detect
 from jobs.background import PeriodicThread
 from jobs.beat import changelog
@@ -61,6 +62,8 @@ def run_pass(
             )
         stranded = run_records.take_stranded(republish_after, REPUBLISH_BATCH)
         republished = _republish(stranded, producer) if stranded else 0
+        # A backfill whose worker died between one run's end and the next one's release.
+        republished += backfill.release_and_publish(producer=producer)
         report = PassReport(
             expired=len(expired),
             republished=republished,

@@ -32,7 +32,7 @@ from django.utils.dateparse import parse_datetime
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs import jsonvalues, services
+from jobs import backfill, jsonvalues, services
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.exceptions import JobNotFound, NotTriggerable, TokenRefused
@@ -500,6 +500,41 @@ def job_runs(request: HttpRequest, name: str) -> HttpResponse:
         return response
     query = Query(request, RUN_FILTERS)
     return _run_page(request, query, JobRun.objects.filter(job=job))
+
+
+@endpoint({"POST": "jobs.change_job"})
+def job_backfill(request: HttpRequest, name: str) -> HttpResponse:
+    """Make the runs of the job's past slots in a range that have none (``jobs.backfill``)."""
+    body = _json_object(request)
+    errors: dict[str, list[str]] = {
+        field: [f"unknown field; known: {', '.join(BACKFILL_FIELDS)}"]
+        for field in sorted(set(body) - set(BACKFILL_FIELDS))
+    }
+    for field in ("since", "until"):
+        problem = "required" if body.get(field) is None else _instant_or_null(body[field])
+        if problem:
+            errors[field] = [problem]
+    max_runs = body.get("max_runs", backfill.DEFAULT_MAX_RUNS)
+    problem = _whole(1)(max_runs)
+    if problem:
+        errors["max_runs"] = [problem]
+    dry_run = body.get("dry_run", False)
+    if _boolean(dry_run):
+        errors["dry_run"] = ["must be true or false"]
+    if errors:
+        raise invalid(errors)
+    since, until = _instant(body["since"]), _instant(body["until"])
+    assert since is not None and until is not None
+    try:
+        result = services.backfill_job(
+            name, since, until, actor=actor(request), max_runs=max_runs, dry_run=dry_run
+        )
+    except ValidationError as exc:
+        raise invalid(_field_errors(exc)) from None
+    return JsonResponse(serializers.backfill_record(result), status=200 if dry_run else 201)
+
+
+BACKFILL_FIELDS = ("since", "until", "max_runs", "dry_run")
 
 
 @endpoint({"GET": "jobs.view_jobrun"})

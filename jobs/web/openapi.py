@@ -9,6 +9,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
+from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.models import (
     JOB_ALERT_REASONS,
     AlertChannels,
@@ -47,6 +49,10 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 _DATETIME = {"type": "string", "format": "date-time"}
+_BACKFILL_FIELDS = [
+    *("job", "since", "until", "dry_run", "missing", "on_record", "created"),
+    *("first_slot", "last_slot"),
+]
 _ERRORS = {
     "401": _error("No credentials, or an unknown or revoked token."),
     "403": _error(
@@ -278,6 +284,38 @@ _SCHEMAS: dict[str, Any] = {
             "next": _nullable({"type": "string", "description": "The next page, if any."}),
         },
     },
+    "BackfillRequest": {
+        "type": "object",
+        "required": ["since", "until"],
+        "additionalProperties": False,
+        "properties": {
+            "since": {**_DATETIME, "description": "The first slot to fill (inclusive)."},
+            "until": {**_DATETIME, "description": "The last (inclusive); not in the future."},
+            "max_runs": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_BACKFILL_RUNS,
+                "default": DEFAULT_BACKFILL_RUNS,
+                "description": "Refuse a range with more slots to fill than this.",
+            },
+            "dry_run": {"type": "boolean", "default": False},
+        },
+    },
+    "Backfill": {
+        "type": "object",
+        "required": _BACKFILL_FIELDS,
+        "properties": {
+            "job": {"type": "string"},
+            "since": _DATETIME,
+            "until": _DATETIME,
+            "dry_run": {"type": "boolean"},
+            "missing": {"type": "integer", "description": "Slots in the range without a run."},
+            "on_record": {"type": "integer", "description": "Slots that have one already."},
+            "created": {"type": "integer", "description": "Runs this request made."},
+            "first_slot": _nullable(_DATETIME),
+            "last_slot": _nullable(_DATETIME),
+        },
+    },
     "RunList": {
         "type": "object",
         "required": ["results", "next"],
@@ -419,6 +457,30 @@ def schema() -> dict[str, Any]:
                         **_BAD,
                         **_NOT_FOUND,
                         "409": _error("A continuous job: it runs all the time, not per trigger."),
+                        **_ERRORS,
+                    },
+                },
+            },
+            "/api/jobs/{name}/backfill": {
+                "parameters": [_JOB_NAME],
+                "post": {
+                    "operationId": "backfillJob",
+                    "summary": "Make the runs of the past slots in a range that have none.",
+                    "description": "One run per slot without one, as the beats would have made "
+                    "it (two concurrent backfills of one range make each run once); they run "
+                    "one at a time, oldest slot first, each within its start deadline from its "
+                    "release. A range with more slots to fill than `max_runs` is refused; "
+                    "`dry_run` only counts.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("BackfillRequest")}},
+                    },
+                    "responses": {
+                        "201": _json("The runs made.", _ref("Backfill")),
+                        "200": _json("A dry run: what would be made.", _ref("Backfill")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        "409": _error("A continuous job: it has no slots."),
                         **_ERRORS,
                     },
                 },

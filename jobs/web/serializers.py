@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from jobs.backfill import BackfillResult
 from jobs.beat import entries, schedule_errors
 from jobs.conf import get_ops_conf
 from jobs.dispatch import task_id_for
@@ -131,4 +132,20 @@ def audit_record(entry: AuditEntry) -> dict[str, Any]:
         "target": entry.target or None,
         "before": entry.before,
         "after": entry.after,
+    }
+
+
+def backfill_record(result: BackfillResult) -> dict[str, Any]:
+    """What a backfill made (or, dry, would make), for the API and ``jobs backfill --json``."""
+    planned = result.plan
+    return {
+        "job": planned.job.name,
+        "since": planned.since,
+        "until": planned.until,
+        "dry_run": result.dry_run,
+        "missing": len(planned.missing),
+        "on_record": planned.on_record,
+        "created": result.created,
+        "first_slot": planned.missing[0] if planned.missing else None,
+        "last_slot": planned.missing[-1] if planned.missing else None,
     }

@@ -41,8 +41,13 @@ def _normalized(sql: str) -> str:
     [
         (lease.TAKE_OVER_IF_LAPSED_PG, "jobs_claim_run"),
         (lease.RELEASE_EXPIRY_PG, "jobs_finish_run"),
+        (run_records.deadline_from_pg("r"), "jobs_claim_run"),
     ],
-    ids=["take over only a lapsed lease, token + 1", "release honours min_hold"],
+    ids=[
+        "take over only a lapsed lease, token + 1",
+        "release honours min_hold",
+        "a backfill run's deadline counts from its release",
+    ],
 )
 def test_the_plpgsql_copy_of_each_lease_rule_matches_the_python_one(
     rule: str, function: str

@@ -21,7 +21,7 @@ from django.core.management.base import (
 )
 from django.db.models import BooleanField, ExpressionWrapper
 
-from jobs import cli, registry, services
+from jobs import backfill, cli, registry, services
 from jobs.audit import Actor
 from jobs.beat import adoption
 from jobs.continuous.nodes import with_liveness
@@ -51,6 +51,7 @@ VERBS = (
     "list",
     "show",
     "run",
+    "backfill",
     "pause",
     "resume",
     "remove",
@@ -142,6 +143,23 @@ class Command(BaseCommand):
                     metavar="JSON",
                     help="JSON object: keyword arguments for this run, over the job's own.",
                 )
+        text = (
+            "Make the runs of the past slots in a range that have none, one per slot as the "
+            "beats would; they run one at a time, oldest first."
+        )
+        fill = verbs.add_parser("backfill", verb="backfill", help=text, description=text)
+        fill.add_argument("name", metavar="NAME")
+        for bound in ("since", "until"):
+            fill.add_argument(
+                f"--{bound}", required=True, type=cli.instant, metavar="TIME",
+                help="ISO 8601, e.g. 2030-01-01T00:00:00Z (UTC if no offset); inclusive.",
+            )  # fmt: skip
+        fill.add_argument(
+            "--max-runs", type=cli.positive_int, default=backfill.DEFAULT_MAX_RUNS, metavar="N",
+            help=f"Refuse a range with more than N slots to fill ({backfill.DEFAULT_MAX_RUNS:,}).",
+        )  # fmt: skip
+        fill.add_argument("--dry-run", action="store_true", help="Make nothing, only count.")
+        fill.add_argument("--json", action="store_true", help="Print a JSON object.")
         runs = self._add_listing(verbs, "runs", "List runs, newest slot first.")
         runs.add_argument("job", metavar="JOB", nargs="?", help="Only the runs of this job.")
         runs.add_argument("--status", choices=RunStatus.values, help="Only runs in this state.")
@@ -333,6 +351,31 @@ class Command(BaseCommand):
         except ValidationError as exc:
             raise cli.CliError("run", cli.validation_detail(exc)) from None
         self.stdout.write(str(run.pk))
+
+    def _verb_backfill(self, options: dict[str, Any]) -> None:
+        try:
+            result = services.backfill_job(
+                options["name"],
+                options["since"],
+                options["until"],
+                actor=Actor.cli(),
+                max_runs=options["max_runs"],
+                dry_run=options["dry_run"],
+            )
+        except ValidationError as exc:
+            flags = {"since": "--since", "until": "--until", "max_runs": "--max-runs"}
+            raise cli.CliError("backfill", cli.validation_detail(exc, flags)) from None
+        if options["json"]:
+            record = serializers.backfill_record(result)
+            self._json({key: cli.jsonable(value) for key, value in record.items()})
+            return
+        planned = result.plan
+        made = f"would make {len(planned.missing)}" if result.dry_run else f"made {result.created}"
+        self.stdout.write(
+            f"backfill of {planned.job.name} from {cli.cell(planned.since)} to "
+            f"{cli.cell(planned.until)}: {made} run(s); {planned.on_record} slot(s) already "
+            "have one"
+        )
 
     def _verb_pause(self, options: dict[str, Any]) -> None:
         job = services.pause(options["name"], actor=Actor.cli())
