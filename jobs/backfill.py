@@ -116,18 +116,29 @@ def create(backfill: BackfillPlan) -> int:
 # "nothing in flight" for one job; it ends with the transaction, so it is safe behind PgBouncer.
 _SERIALISE = "SELECT pg_advisory_xact_lock(hashtext('jobs.backfill'))"
 
-# The oldest waiting backfill run of each job (of ``jobs``, or all) that has none in flight
-# (released and not yet ended): released now, to be published by the caller.
+# The oldest waiting backfill run of each job (of ``jobs``, or every job with a backfill under
+# way) that has none in flight (released and not yet ended): released now, for the caller to
+# publish. Per job, both lookups are ranges of the index jobrun_backfill_pending (job, released,
+# slot), so the cost does not grow with the backlog.
 _RELEASE_NEXT = """
-WITH next AS (
-    SELECT DISTINCT ON (w.job_id) w.id
-      FROM jobs_jobrun AS w
-     WHERE w.trigger = 'backfill' AND w.status = 'scheduled' AND w.released_at IS NULL
-       AND (%(jobs)s::bigint[] IS NULL OR w.job_id = ANY(%(jobs)s::bigint[]))
-       AND NOT EXISTS (SELECT 1 FROM jobs_jobrun AS f
-                        WHERE f.job_id = w.job_id AND f.trigger = 'backfill'
+WITH candidates AS (
+    SELECT unnest(%(jobs)s::bigint[]) AS job_id WHERE %(jobs)s::bigint[] IS NOT NULL
+    UNION
+    SELECT DISTINCT p.job_id FROM jobs_jobrun AS p
+     WHERE %(jobs)s::bigint[] IS NULL
+       AND p.trigger = 'backfill' AND p.status IN ('scheduled', 'running')
+),
+next AS (
+    SELECT w.id
+      FROM candidates AS c
+     CROSS JOIN LATERAL (
+            SELECT o.id FROM jobs_jobrun AS o
+             WHERE o.job_id = c.job_id AND o.trigger = 'backfill' AND o.status = 'scheduled'
+               AND o.released_at IS NULL
+             ORDER BY o.scheduled_for LIMIT 1) AS w
+     WHERE NOT EXISTS (SELECT 1 FROM jobs_jobrun AS f
+                        WHERE f.job_id = c.job_id AND f.trigger = 'backfill'
                           AND f.status IN ('scheduled', 'running') AND f.released_at IS NOT NULL)
-     ORDER BY w.job_id, w.scheduled_for
 )
 UPDATE jobs_jobrun AS r SET released_at = now(), dispatched_at = now()
   FROM next WHERE r.id = next.id

@@ -369,10 +369,11 @@ class JobRun(models.Model):
             models.Index(fields=["-scheduled_for"], name="jobrun_slot"),
             # The few runs not yet counted into RunRollup (jobs.upkeep.rollups.fold).
             models.Index(fields=["id"], condition=Q(folded=False), name="jobrun_unfolded"),
-            # Backfill runs not yet ended, in slot order: what jobs.backfill releases next and
-            # whether one is still in flight. Empty unless a backfill is under way.
+            # Backfill runs not yet ended, released ones apart, in slot order: what
+            # jobs.backfill releases next and whether one is in flight. Empty unless a backfill
+            # is under way.
             models.Index(
-                fields=["job", "scheduled_for"],
+                fields=["job", "released_at", "scheduled_for"],
                 condition=Q(trigger=Trigger.BACKFILL, status__in=["scheduled", "running"]),
                 name="jobrun_backfill_pending",
             ),

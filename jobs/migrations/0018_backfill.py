@@ -80,7 +80,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='jobrun',
-            index=models.Index(condition=models.Q(('status__in', ['scheduled', 'running']), ('trigger', 'backfill')), fields=['job', 'scheduled_for'], name='jobrun_backfill_pending'),
+            index=models.Index(condition=models.Q(('status__in', ['scheduled', 'running']), ('trigger', 'backfill')), fields=['job', 'released_at', 'scheduled_for'], name='jobrun_backfill_pending'),
         ),
         migrations.AddConstraint(
             model_name='jobrun',
