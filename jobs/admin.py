@@ -13,8 +13,9 @@ from typing import Any
 
 import django_celery_beat.admin  # noqa: F401  (its registrations must exist before we undo them)
 from django.contrib import admin, messages
-from django.contrib.admin.utils import model_ngettext
+from django.contrib.admin.utils import model_ngettext, unquote
 from django.contrib.postgres.expressions import ArraySubquery
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import (
     BooleanField,
     CharField,
@@ -29,8 +30,10 @@ from django.db.models import (
 )
 from django.db.models.functions import Concat, Now
 from django.forms.models import BaseInlineFormSet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -48,7 +51,7 @@ from jobs.beat import adoption
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import NotTriggerable
-from jobs.forms import FIELDS_BY_SCHEDULE_TYPE, JobForm
+from jobs.forms import FIELDS_BY_SCHEDULE_TYPE, BackfillForm, JobForm, RunWithArgumentsForm
 from jobs.large_tables import EstimatedCountPaginator
 from jobs.models import (
     JOB_DISPLAY_RELATED,
@@ -181,6 +184,12 @@ class RecentRunsInline(ReadOnlyInline):
 
 def _actor(request: HttpRequest) -> Actor:
     return Actor.user(request.user, AuditSource.ADMIN)
+
+
+def _add_errors(form: Any, exc: ValidationError) -> None:
+    """A service's ``ValidationError`` on the form: under the field it names, if the form has it."""
+    for field, messages_ in exc.message_dict.items():
+        form.add_error(field if field in form.fields else None, messages_)
 
 
 class RecentAuditInline(ReadOnlyInline):
@@ -371,6 +380,97 @@ class JobAdmin(admin.ModelAdmin):
         """The live lease of the job's default key, by the database clock."""
         holder = getattr(job, "lease_holder", None)
         return "-" if holder is None else f"{holder} #{getattr(job, 'lease_token', '')}"
+
+    # --- the job page's own forms: run with arguments, backfill -------------------------------
+    def get_urls(self) -> list[Any]:
+        pages = [
+            path(
+                "<path:object_id>/run/",
+                self.admin_site.admin_view(self.run_with_arguments_view),
+                name="jobs_job_run",
+            ),
+            path(
+                "<path:object_id>/backfill/",
+                self.admin_site.admin_view(self.backfill_view),
+                name="jobs_job_backfill",
+            ),
+        ]
+        return pages + super().get_urls()
+
+    def run_with_arguments_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        job = self._job_to_change(request, object_id)
+        form = RunWithArgumentsForm(request.POST if request.method == "POST" else None)
+        if form.is_valid():
+            try:
+                run = services.run_now(
+                    job.name, actor=_actor(request), kwargs=form.cleaned_data["kwargs"]
+                )
+            except ValidationError as exc:
+                _add_errors(form, exc)
+            except NotTriggerable as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.message_user(request, f"Triggered run #{run.pk}.", messages.SUCCESS)
+                return redirect("admin:jobs_job_change", job.pk)
+        return self._job_form_page(request, job, form, "Run with arguments", "Run now")
+
+    def backfill_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        job = self._job_to_change(request, object_id)
+        form = BackfillForm(request.POST if request.method == "POST" else None)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                result = services.backfill_job(
+                    job.name,
+                    data["since"],
+                    data["until"],
+                    actor=_actor(request),
+                    max_runs=data["max_runs"],
+                    dry_run=data["dry_run"],
+                )
+            except ValidationError as exc:
+                _add_errors(form, exc)
+            except NotTriggerable as exc:
+                form.add_error(None, str(exc))
+            else:
+                planned = result.plan
+                if result.dry_run:
+                    self.message_user(
+                        request,
+                        f"Would make {len(planned.missing)} run(s); {planned.on_record} slot(s) "
+                        "of the range already have one. Untick dry run to make them.",
+                        messages.INFO,
+                    )
+                else:
+                    self.message_user(
+                        request,
+                        f"Made {result.created} backfill run(s); they run one at a time, "
+                        "oldest slot first.",
+                        messages.SUCCESS,
+                    )
+                    return redirect("admin:jobs_job_change", job.pk)
+        return self._job_form_page(request, job, form, "Backfill", "Backfill")
+
+    def _job_to_change(self, request: HttpRequest, object_id: str) -> Job:
+        job = self.get_object(request, unquote(object_id))
+        if job is None:
+            raise Http404(f"No job with id {object_id!r}.")
+        if not self.has_change_permission(request, job):
+            raise PermissionDenied
+        return job
+
+    def _job_form_page(
+        self, request: HttpRequest, job: Job, form: Any, title: str, submit: str
+    ) -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": job,
+            "title": f"{title}: {job.name}",
+            "form": form,
+            "submit": submit,
+        }
+        return TemplateResponse(request, "admin/jobs/job/job_form_page.html", context)
 
     @admin.action(description="Run now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

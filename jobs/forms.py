@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from jobs import jsonvalues, registry, services
+from jobs import backfill, jsonvalues, registry, services
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.models import Job, JobKind
@@ -324,3 +324,38 @@ def _task_choices(current: str) -> list[tuple[str, str]]:
 def _task_label(spec: registry.JobSpec) -> str:
     name = f"{spec.name} (Celery task)" if spec.plain else spec.name
     return f"{name} — {spec.summary}" if spec.summary else name
+
+
+class RunWithArgumentsForm(forms.Form):
+    """The admin's "Run with arguments": one run now, its keyword arguments over the job's."""
+
+    kwargs = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
+        initial="{}",
+        help_text='A JSON object, e.g. {"city": "Lyon"}: keyword arguments for this run only, '
+        "over the job's own; checked against the function's signature.",
+    )
+
+    def clean_kwargs(self) -> Any:
+        try:
+            value = jsonvalues.loads(self.cleaned_data["kwargs"])
+            jsonvalues.check_storable(value)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        return value
+
+
+class BackfillForm(forms.Form):
+    """The admin's "Backfill": runs for the past slots of a range that have none."""
+
+    since = forms.DateTimeField(help_text="The first slot to fill (inclusive), UTC.")
+    until = forms.DateTimeField(help_text="The last one (inclusive), UTC; not in the future.")
+    max_runs = forms.IntegerField(
+        min_value=1,
+        max_value=backfill.MAX_RUNS_LIMIT,
+        initial=backfill.DEFAULT_MAX_RUNS,
+        help_text="Refuse a range with more slots to fill than this.",
+    )
+    dry_run = forms.BooleanField(
+        required=False, initial=True, help_text="Only count the runs it would make."
+    )

@@ -52,12 +52,14 @@ def test_it_makes_one_run_per_slot_in_the_range_both_ends_included(
     result = fill("fill", DAY, DAY + timedelta(hours=1))
     assert result.created == 61
     runs = backfill_runs(job)
-    assert [run.scheduled_for for run in runs] == [
-        DAY + timedelta(minutes=m) for m in range(61)
-    ]
+    assert [run.scheduled_for for run in runs] == [DAY + timedelta(minutes=m) for m in range(61)]
     assert {run.status for run in runs} == {RunStatus.SCHEDULED}
     entry = AuditEntry.objects.get(action="backfill")
-    assert entry.job_name == "fill" and entry.after["created"] == 61
+    assert entry.job_name == "fill" and entry.after == {
+        "since": DAY.isoformat(),
+        "until": (DAY + timedelta(hours=1)).isoformat(),
+        "created": 61,
+    }
 
 
 def test_a_slot_that_has_a_run_keeps_it_and_a_second_backfill_makes_nothing(
@@ -164,9 +166,7 @@ def test_runs_are_released_one_at_a_time_per_job_oldest_slot_first(
     JobRun.objects.filter(pk=first.pk).update(status=RunStatus.RUNNING)
     assert backfill.release_next([a.pk]) == []  # running is in flight too
     finish(first, RunStatus.FAILED)  # any end releases the next: a failure does not stop it
-    assert [r.scheduled_for for r in backfill.release_next([a.pk])] == [
-        DAY + timedelta(minutes=1)
-    ]
+    assert [r.scheduled_for for r in backfill.release_next([a.pk])] == [DAY + timedelta(minutes=1)]
 
 
 def test_a_backfill_run_s_deadline_counts_from_its_release_not_its_past_slot(
@@ -316,3 +316,64 @@ def test_api_backfill_of_a_continuous_or_unknown_job_or_with_a_read_only_token(
     reading = Client(headers={"authorization": f"Bearer {reader}"})
     make_job("fill", schedule=MINUTELY)
     assert post(reading, "fill", body).status_code == 403
+
+
+# --- the admin's forms on a job's page ----------------------------------------------------------
+
+
+def test_admin_backfill_page_dry_runs_then_makes_the_runs(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    job = make_job("fill", schedule=MINUTELY)
+    page = f"/admin/jobs/job/{job.pk}/backfill/"
+    assert 'href="' + page + '"' in admin_client.get(f"/admin/jobs/job/{job.pk}/change/").text
+    form = {"since": "2026-03-01 00:00:00", "until": "2026-03-01 00:09:00", "max_runs": "100"}
+    dry = admin_client.post(page, {**form, "dry_run": "on"}, follow=True)
+    assert "Would make 10 run(s)" in dry.text and not JobRun.objects.exists()
+    made = admin_client.post(page, form, follow=True)
+    assert made.redirect_chain[-1][0] == f"/admin/jobs/job/{job.pk}/change/"
+    assert "Made 10 backfill run(s)" in made.text
+    assert len(backfill_runs(job)) == 10
+    assert AuditEntry.objects.get(action="backfill").actor == "user:admin"
+
+
+@pytest.mark.parametrize(
+    ("form", "error"),
+    [
+        ({"since": "2026-03-01 00:00", "until": "2026-03-02 00:00", "max_runs": "5"},
+         "more than 5 slots"),
+        ({"since": "2026-03-02 00:00", "until": "2026-03-01 00:00", "max_runs": "5"},
+         "Must not be before since"),
+        ({"since": "soon", "until": "2026-03-01 00:00", "max_runs": "5"}, "Enter a valid date"),
+    ],
+    ids=["over the cap", "until before since", "not a time"],
+)  # fmt: skip
+def test_admin_backfill_page_shows_what_is_wrong_beside_the_field(
+    admin_client: Client, make_job: Callable[..., Job], form: dict[str, str], error: str
+) -> None:
+    job = make_job("fill", schedule=MINUTELY)
+    response = admin_client.post(f"/admin/jobs/job/{job.pk}/backfill/", form)
+    assert response.status_code == 200
+    assert error in response.text and 'class="errorlist' in response.text
+    assert not JobRun.objects.exists()
+
+
+def test_admin_run_with_arguments_runs_once_with_them_and_refuses_bad_ones(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    job = make_job("fill", schedule=MINUTELY)
+    page = f"/admin/jobs/job/{job.pk}/run/"
+    bad = admin_client.post(page, {"kwargs": '{"nope": 1}'})
+    assert bad.status_code == 200 and "nope" in bad.text and not JobRun.objects.exists()
+    broken = admin_client.post(page, {"kwargs": "{"})
+    assert broken.status_code == 200 and 'class="errorlist' in broken.text
+    assert not JobRun.objects.exists()
+    made = admin_client.post(page, {"kwargs": '{"seconds": 0.5}'}, follow=True)
+    run = JobRun.objects.get(job=job)
+    assert f"Triggered run #{run.pk}" in made.text
+    assert run.kwargs == {**job.kwargs, "seconds": 0.5} and run.trigger == Trigger.MANUAL
+
+
+def test_admin_job_pages_of_a_missing_job_are_404(admin_client: Client) -> None:
+    assert admin_client.get("/admin/jobs/job/999999/backfill/").status_code == 404
+    assert admin_client.get("/admin/jobs/job/999999/run/").status_code == 404
