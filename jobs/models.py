@@ -111,6 +111,10 @@ def validate_alert_reasons(value: object) -> None:
         )
 
 
+# The most runs of one job (per lock key) at once: each is a lease row that a claim may try.
+MAX_CONCURRENCY = 100
+
+
 class Job(models.Model):
     name = models.CharField(
         max_length=190,
@@ -201,6 +205,14 @@ class Job(models.Model):
         validators=[MaxValueValidator(9)],
         help_text="Celery message priority, 0-9.",
     )
+    # Concurrency cap: N leases per lock key instead of one (jobs.guard.lease.slot_keys), each
+    # holder fenced by its own token.
+    max_concurrency = models.PositiveSmallIntegerField(
+        default=1,
+        db_default=1,  # rows written in SQL (adoption's functions) get it too
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_CONCURRENCY)],
+        help_text="How many runs of this job (per lock key) may run at once; 1: a singleton.",
+    )
     # Back-pressure (jobs.beat.coalescing): a slot is recorded skipped, not queued, while the
     # job's previous run still waits in the queue.
     coalesce = models.BooleanField(
@@ -272,6 +284,16 @@ class Job(models.Model):
             raise ValidationError(
                 {"min_hold": f"Must not exceed the lease ttl ({self.lease_ttl} s)."}
             )
+        if self.max_concurrency is not None and self.max_concurrency > 1:
+            if self.kind == JobKind.CONTINUOUS:
+                raise ValidationError(
+                    {"max_concurrency": "A continuous job runs on exactly one node: it must be 1."}
+                )
+            if self.overlap not in (Overlap.SKIP, Overlap.WAIT):
+                raise ValidationError(
+                    {"max_concurrency": "Above 1 it needs overlap skip or wait (allow takes no "
+                     "lease to count; replace would not know which run to stop)."}
+                )  # fmt: skip
 
     @property
     def lock_key(self) -> str:

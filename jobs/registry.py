@@ -47,6 +47,7 @@ POLICY_FIELDS: tuple[str, ...] = (
     "min_hold",
     "queue",
     "priority",
+    "max_concurrency",
     "coalesce",
     # where this job's incidents are notified, and for which reasons
     "alert_channels",

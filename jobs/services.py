@@ -357,15 +357,21 @@ def _run_values(run: JobRun) -> dict[str, Any]:
 
 @transaction.atomic
 def release_lease(name: str, *, actor: Actor) -> bool:
-    """Force-release the job's lease; the token still grows on the next acquisition."""
+    """Force-release the job's lease (each of its leases, with max_concurrency); the token
+    still grows on the next acquisition. Whether one was live."""
     job = get_job(name)
-    key = job.lock_key
-    # Locked, so the holder recorded is the one released.
-    held = Lease.objects.select_for_update().filter(LIVE_LEASE, key=key).first()
-    released = lease.force_release(key)
-    before = {"live": False} if held is None else _holder(held, live=True)
-    after = {"live": False} if held is None else _holder(held, live=False)
-    audit.record(actor, AuditAction.RELEASE_LEASE, job=job, target=key, before=before, after=after)
+    released = False
+    for key in lease.slot_keys(job.lock_key, job.max_concurrency):
+        # Locked, so the holder recorded is the one released.
+        held = Lease.objects.select_for_update().filter(LIVE_LEASE, key=key).first()
+        if held is None and job.max_concurrency > 1:
+            continue  # one entry per lease released, not one per idle slot
+        released = lease.force_release(key) or released
+        before = {"live": False} if held is None else _holder(held, live=True)
+        after = {"live": False} if held is None else _holder(held, live=False)
+        audit.record(
+            actor, AuditAction.RELEASE_LEASE, job=job, target=key, before=before, after=after
+        )
     return released
 
 

@@ -55,6 +55,16 @@ class LeaseHolder:
     token: int
 
 
+def slot_keys(key: str, slots: int) -> list[str]:
+    """The lease keys of a lock that up to ``slots`` runs may hold at once (a job's
+    max_concurrency): the key itself for one, else ``key#1`` … ``key#N``, each a lease of its own
+    with its own fencing token, tried in that order. The claim function (migration 0019) names
+    them the same way."""
+    if slots <= 1:
+        return [key]
+    return [f"{key}#{slot}" for slot in range(1, slots + 1)]
+
+
 def _safety_margin(ttl: float) -> float:
     # Room for the renewal round trip and scheduler jitter between our clock and the database's.
     return min(1.0, ttl / 10)

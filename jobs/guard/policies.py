@@ -56,21 +56,38 @@ def take_lease(
 
     ``None`` when the run is no longer this worker's to run (recovery recorded it meanwhile).
     """
-    attempt = run_records.acquire_for_run(
-        run_id, key=key, holder=holder, ttl=job.lease_ttl, within_deadline=False
-    )
+    if job.overlap == Overlap.REPLACE:
+        # One holder to replace: max_concurrency above 1 needs skip or wait (Job.clean); a row
+        # written around that still never has more holders than leases.
+        return _replace(job, run_id, lease.slot_keys(key, job.max_concurrency)[0], holder)
+    attempt = _try_each_lease(job, run_id, key, holder, within_deadline=False)
     if attempt is None:
         return None
     if attempt.lease is not None:
         return attempt.lease
     if job.overlap == Overlap.WAIT:
         return _wait(job, run_id, key, holder)
-    if job.overlap == Overlap.REPLACE:
-        return _replace(job, run_id, key, holder)
-    return Skip(held_message(key, attempt.held_by))
+    return Skip(held_message(key, attempt.held_by, job.max_concurrency))
 
 
-def held_message(key: str, held_by: LeaseHolder | None) -> str:
+def _try_each_lease(
+    job: Job, run_id: int, key: str, holder: str, *, within_deadline: bool
+) -> run_records.AcquireAttempt | None:
+    """One try at each of the key's leases (``job.max_concurrency`` of them, in order): the
+    first taken, else the last try's answer (``None``: the run is no longer this worker's)."""
+    attempt = None
+    for slot_key in lease.slot_keys(key, job.max_concurrency):
+        attempt = run_records.acquire_for_run(
+            run_id, key=slot_key, holder=holder, ttl=job.lease_ttl, within_deadline=within_deadline
+        )
+        if attempt is None or attempt.lease is not None or (attempt.late and within_deadline):
+            return attempt
+    return attempt
+
+
+def held_message(key: str, held_by: LeaseHolder | None, slots: int = 1) -> str:
+    if slots > 1:
+        return f"all {slots} leases of {key} held (max_concurrency {slots})"
     if held_by is None:
         return f"lease {key} was held by another run"
     return f"lease {key} held by {held_by.holder} (token {held_by.token})"
@@ -80,16 +97,12 @@ def _wait(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | Ha
     while True:
         if shutdown_notice.shutting_down.wait(WAIT_POLL_SECONDS):
             return _hand_back(job, run_id, f"waiting for lease {key}")
-        attempt = run_records.acquire_for_run(
-            run_id, key=key, holder=holder, ttl=job.lease_ttl, within_deadline=True
-        )
+        attempt = _try_each_lease(job, run_id, key, holder, within_deadline=True)
         if attempt is None or attempt.lease is not None:
             return None if attempt is None else attempt.lease
         if attempt.late:
-            return Skip(
-                f"{held_message(key, attempt.held_by)} until the start deadline "
-                f"({job.start_deadline} s)"
-            )
+            held = held_message(key, attempt.held_by, job.max_concurrency)
+            return Skip(f"{held} until the start deadline ({job.start_deadline} s)")
 
 
 def _replace(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip | HandedBack | None:

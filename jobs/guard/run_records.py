@@ -107,7 +107,7 @@ RETURNING id, job_id, scheduled_for
 _JOB_FIELDS = (
     "id", "name", "task", "args", "kwargs", "overlap", "start_deadline", "on_lost",
     "max_retries", "retry_backoff", "soft_time_limit", "time_limit", "lease_ttl", "min_hold",
-    "queue", "priority",
+    "queue", "priority", "max_concurrency",
 )  # fmt: skip
 
 # The claim moves scheduled → running exactly once (a row lock: a concurrent repeat waits, then

@@ -456,6 +456,7 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "lease_ttl": _whole(3),
     "queue": _queue,
     "priority": _whole(0, nullable=True),
+    "max_concurrency": _whole(1),
     "coalesce": _boolean,
     "alert_channels": _one_of(AlertChannels.values),
     "alert_reasons": _reasons,

@@ -13,6 +13,7 @@ from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
 from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.models import (
     JOB_ALERT_REASONS,
+    MAX_CONCURRENCY,
     AlertChannels,
     AuditAction,
     AuditSource,
@@ -129,6 +130,7 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "lease_ttl": {"type": "integer", "minimum": 3, "maximum": _INT32_MAX},
     "queue": {"type": "string", "minLength": 1, "maxLength": 100},
     "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9}),
+    "max_concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY},
     "coalesce": {"type": "boolean"},
     "alert_channels": {"type": "string", "enum": AlertChannels.values},
     "alert_reasons": {

@@ -46,6 +46,7 @@ JOB_KEYS = {
     "min_hold",
     "queue",
     "priority",
+    "max_concurrency",
     "coalesce",
     "alert_channels",
     "alert_reasons",

@@ -29,6 +29,7 @@ def job_form_data(**overrides: str) -> dict[str, str]:
         "min_hold": "0",
         "queue": "default",
         "priority": "",
+        "max_concurrency": "1",
         "alert_channels": "default",
         "alert_reasons": "[]",
     }

@@ -92,6 +92,7 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "min_hold": {"type": cli.duration, "metavar": "DURATION"},
     "queue": {"metavar": "QUEUE"},
     "priority": {"type": int, "metavar": "0-9"},
+    "max_concurrency": {"type": cli.positive_int, "metavar": "N"},
     "coalesce": {"type": cli.yes_no, "metavar": "yes|no"},
     "alert_channels": {"choices": AlertChannels.values},
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
