@@ -89,8 +89,10 @@ def test_a_day_backfilled_twice_at_once_runs_each_slot_once_one_at_a_time(
     cluster.start_worker("worker-2")
     ended = (RunStatus.SUCCEEDED, RunStatus.LOST, RunStatus.SKIPPED, RunStatus.MISSED)
     wait_for(
-        lambda: JobRun.objects.filter(job=job, trigger=Trigger.BACKFILL, status__in=ended).count()
-        == SLOTS,
+        lambda: (
+            JobRun.objects.filter(job=job, trigger=Trigger.BACKFILL, status__in=ended).count()
+            == SLOTS
+        ),
         timeout=240,
         what="every backfill run ended",
     )
