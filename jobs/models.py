@@ -213,6 +213,22 @@ class Job(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(MAX_CONCURRENCY)],
         help_text="How many runs of this job (per lock key) may run at once; 1: a singleton.",
     )
+    # Rate limit: at most rate_limit_runs starts in any rate_limit_period seconds, counted at the
+    # claim with rate_limit_runs leases named rate:NAME#i, each held for the period (migration
+    # 0020); a run over it is recorded skipped.
+    rate_limit_runs = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_CONCURRENCY)],
+        help_text="At most this many runs start per rate limit period (empty: no limit); a run "
+        "over it is recorded skipped.",
+    )
+    rate_limit_period = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="The period of the rate limit, in seconds.",
+    )
     # Back-pressure (jobs.beat.coalescing): a slot is recorded skipped, not queued, while the
     # job's previous run still waits in the queue.
     coalesce = models.BooleanField(
@@ -268,6 +284,11 @@ class Job(models.Model):
                 name="continuous_job_has_no_beat_entry",
             ),
             models.CheckConstraint(
+                condition=Q(rate_limit_runs__isnull=True, rate_limit_period__isnull=True)
+                | Q(rate_limit_runs__isnull=False, rate_limit_period__isnull=False),
+                name="rate_limit_has_runs_and_period",
+            ),
+            models.CheckConstraint(
                 condition=Q(time_limit__isnull=True)
                 | Q(soft_time_limit__isnull=True)
                 | Q(soft_time_limit__lt=models.F("time_limit")),
@@ -283,6 +304,15 @@ class Job(models.Model):
         if self.min_hold > self.lease_ttl:
             raise ValidationError(
                 {"min_hold": f"Must not exceed the lease ttl ({self.lease_ttl} s)."}
+            )
+        if (self.rate_limit_runs is None) != (self.rate_limit_period is None):
+            missing = "rate_limit_period" if self.rate_limit_period is None else "rate_limit_runs"
+            raise ValidationError(
+                {missing: "A rate limit needs both a number of runs and a period."}
+            )
+        if self.rate_limit_runs is not None and self.kind == JobKind.CONTINUOUS:
+            raise ValidationError(
+                {"rate_limit_runs": "A continuous job runs all the time: it has no rate limit."}
             )
         if self.max_concurrency is not None and self.max_concurrency > 1:
             if self.kind == JobKind.CONTINUOUS:

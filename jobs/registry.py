@@ -48,6 +48,8 @@ POLICY_FIELDS: tuple[str, ...] = (
     "queue",
     "priority",
     "max_concurrency",
+    "rate_limit_runs",
+    "rate_limit_period",
     "coalesce",
     # where this job's incidents are notified, and for which reasons
     "alert_channels",

@@ -457,6 +457,8 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "queue": _queue,
     "priority": _whole(0, nullable=True),
     "max_concurrency": _whole(1),
+    "rate_limit_runs": _whole(1, nullable=True),
+    "rate_limit_period": _whole(1, nullable=True),
     "coalesce": _boolean,
     "alert_channels": _one_of(AlertChannels.values),
     "alert_reasons": _reasons,

@@ -131,6 +131,8 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "queue": {"type": "string", "minLength": 1, "maxLength": 100},
     "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9}),
     "max_concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY},
+    "rate_limit_runs": _nullable({"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY}),
+    "rate_limit_period": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
     "coalesce": {"type": "boolean"},
     "alert_channels": {"type": "string", "enum": AlertChannels.values},
     "alert_reasons": {

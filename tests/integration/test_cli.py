@@ -47,6 +47,8 @@ JOB_KEYS = {
     "queue",
     "priority",
     "max_concurrency",
+    "rate_limit_runs",
+    "rate_limit_period",
     "coalesce",
     "alert_channels",
     "alert_reasons",

@@ -30,6 +30,8 @@ def job_form_data(**overrides: str) -> dict[str, str]:
         "queue": "default",
         "priority": "",
         "max_concurrency": "1",
+        "rate_limit_runs": "",
+        "rate_limit_period": "",
         "alert_channels": "default",
         "alert_reasons": "[]",
     }

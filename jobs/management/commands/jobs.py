@@ -51,7 +51,6 @@ VERBS = (
     "list",
     "show",
     "run",
-    "backfill",
     "pause",
     "resume",
     "remove",
@@ -65,12 +64,13 @@ VERBS = (
     "unmute",
     "incidents",
     "adopt",
+    "backfill",
 )
 
 EXIT_STATUS = """\
 exit status:
   0  done
-  1  runtime error: no job with that name (show, run, pause, resume, remove, runs JOB)
+  1  runtime error: no job with that name (show, run, backfill, pause, resume, remove, runs JOB)
   2  usage or validation error: an unknown, missing or conflicting flag, a bad value, or a job
      the services reject (unknown task, duplicate name, bad cron or time zone, bad arguments)
 Errors are one line on stderr: "jobs VERB: error: FLAG: what is wrong".
@@ -93,6 +93,8 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "queue": {"metavar": "QUEUE"},
     "priority": {"type": int, "metavar": "0-9"},
     "max_concurrency": {"type": cli.positive_int, "metavar": "N"},
+    "rate_limit_runs": {"type": cli.positive_int, "metavar": "N"},
+    "rate_limit_period": {"type": cli.duration, "metavar": "DURATION"},
     "coalesce": {"type": cli.yes_no, "metavar": "yes|no"},
     "alert_channels": {"choices": AlertChannels.values},
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
