@@ -514,19 +514,43 @@ RETURNING r.id
 # Stranded runs: still scheduled a while after their message went out (or after their slot, for
 # a retry held until then) and still within their deadline. Taking them stamps dispatched_at, so
 # the next pass leaves them alone for another while; repeated deliveries are no-ops at the claim.
+# ``sent`` picks the runs whose message went out (true) or never did (false), ``queue`` one queue.
+_STRANDED = f"""
+s.status = 'scheduled' AND s.trigger IN {_MAINTAINED_TRIGGERS}
+AND greatest(s.scheduled_for, coalesce(s.dispatched_at, s.created_at))
+    < now() - make_interval(secs => %(after)s)
+AND now() <= {deadline_from_pg("s")} + make_interval(secs => j.start_deadline)
+"""
 _TAKE_STRANDED = f"""
 UPDATE jobs_jobrun AS r SET dispatched_at = now()
  WHERE r.id IN (
         SELECT s.id FROM jobs_jobrun AS s JOIN jobs_job AS j ON j.id = s.job_id
-         WHERE s.status = 'scheduled' AND s.trigger IN {_MAINTAINED_TRIGGERS}
-           AND greatest(s.scheduled_for, coalesce(s.dispatched_at, s.created_at))
-               < now() - make_interval(secs => %(after)s)
-           AND now() <= {deadline_from_pg("s")} + make_interval(secs => j.start_deadline)
+         WHERE {_STRANDED}
+           AND (s.dispatched_at IS NOT NULL) = %(sent)s
+           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
          ORDER BY s.scheduled_for
          LIMIT %(limit)s
            FOR UPDATE OF s SKIP LOCKED)
 RETURNING r.id, r.job_id, r.scheduled_for
 """
+
+# Per queue with stranded runs whose message went out: how many are stranded, and how many due
+# runs' messages (stranded or not) the queue should hold if none was lost.
+_SENT_BACKLOG = f"""
+SELECT j.queue, count(*) FILTER (WHERE {_STRANDED}), count(*)
+  FROM jobs_jobrun AS s JOIN jobs_job AS j ON j.id = s.job_id
+ WHERE s.status = 'scheduled' AND s.dispatched_at IS NOT NULL AND s.scheduled_for <= now()
+   AND s.trigger IN {_MAINTAINED_TRIGGERS}
+ GROUP BY j.queue
+HAVING count(*) FILTER (WHERE {_STRANDED}) > 0
+"""
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    queue: str
+    stranded: int  # runs whose message went out long ago, still not claimed
+    sent: int  # due runs whose message went out and that no worker claimed yet
 
 
 def insert_missed(rows: Sequence[tuple[int, datetime, str]]) -> list[NewRun]:
@@ -558,9 +582,20 @@ def expire_scheduled() -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def take_stranded(after: float, limit: int) -> list[NewRun]:
-    """Claim for re-publishing up to ``limit`` runs still scheduled ``after`` seconds past
-    their dispatch (see ``_TAKE_STRANDED``)."""
+def take_stranded(
+    after: float, limit: int, *, sent: bool, queue: str | None = None
+) -> list[NewRun]:
+    """Claim for re-publishing up to ``limit`` runs, oldest slot first, still scheduled
+    ``after`` seconds past their dispatch (``sent``) or their slot (never sent), of ``queue``
+    or every queue (see ``_TAKE_STRANDED``)."""
+    params = {"after": after, "limit": limit, "sent": sent, "queue": queue}
     with connection.cursor() as cursor:
-        cursor.execute(_TAKE_STRANDED, {"after": after, "limit": limit})
+        cursor.execute(_TAKE_STRANDED, params)
         return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]
+
+
+def sent_backlog(after: float) -> list[QueueBacklog]:
+    """The queues with runs stranded ``after`` seconds past their dispatch (``_SENT_BACKLOG``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SENT_BACKLOG, {"after": after})
+        return [QueueBacklog(queue=q, stranded=s, sent=n) for q, s, n in cursor.fetchall()]

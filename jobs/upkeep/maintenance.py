@@ -24,6 +24,7 @@ from jobs.database_clock import database_now
 from jobs.dispatch import publish_many
 from jobs.guard import lease, run_records
 from jobs.models import Job
+from jobs.upkeep import queue_depth
 from jobs.upkeep.recovery import recover_lost_runs
 from jobs.upkeep.retention import prune_if_due
 
@@ -60,7 +61,7 @@ def run_pass(
                 len(expired),
                 extra={"action": "missed", "run_ids": expired[:100]},
             )
-        stranded = run_records.take_stranded(republish_after, REPUBLISH_BATCH)
+        stranded = _take_stranded(republish_after)
         republished = _republish(stranded, producer) if stranded else 0
         # A backfill whose worker died between one run's end and the next one's release.
         republished += backfill.release_and_publish(producer=producer)
@@ -75,6 +76,39 @@ def run_pass(
     finally:
         lease.release(held)
     return report
+
+
+def _take_stranded(after: float) -> list[run_records.NewRun]:
+    """The stranded runs to re-publish: every one whose message never went out, and of those
+    whose message did, only as many as their queue is short of. A queue that still holds every
+    due run's message (workers stopped or busy) gets no copies; one that lost them all (a broker
+    flush) gets them all. The shortfall is taken oldest first: a queue hands out its oldest
+    messages first, so those are the ones a worker holds unclaimed or that were lost."""
+    runs = run_records.take_stranded(after, REPUBLISH_BATCH, sent=False)
+    backlogs = run_records.sent_backlog(after)
+    if not backlogs:
+        return runs
+    with current_app.connection_for_write() as connection:
+        depths = queue_depth.waiting_messages(connection, [b.queue for b in backlogs])
+    for backlog in backlogs:
+        depth = depths.get(backlog.queue)
+        short = backlog.stranded if depth is None else min(backlog.stranded, backlog.sent - depth)
+        room = REPUBLISH_BATCH - len(runs)
+        if short > 0 and room > 0:
+            runs += run_records.take_stranded(
+                after, min(short, room), sent=True, queue=backlog.queue
+            )
+        elif short <= 0:
+            log.info(
+                "%d run(s) wait in queue %s longer than %g s, their messages still queued "
+                "(%s): not re-published",
+                backlog.stranded,
+                backlog.queue,
+                after,
+                depth,
+                extra={"action": "still_queued", "queue": backlog.queue},
+            )
+    return runs
 
 
 def _republish(stranded: list[run_records.NewRun], producer: Any) -> int:

@@ -176,7 +176,8 @@ def test_a_backfill_run_s_deadline_counts_from_its_release_not_its_past_slot(
     fill("fill", DAY, DAY + timedelta(minutes=1))
     # Never expired or re-published while it waits for its release, however old its slot.
     assert run_records.expire_scheduled() == []
-    assert run_records.take_stranded(after=0, limit=100) == []
+    for sent in (True, False):
+        assert run_records.take_stranded(after=0, limit=100, sent=sent) == []
     (released,) = backfill.release_next()
     claim = run_records.claim(released.run_id, node="n", pid=1, task_id="t", holder="n:1")
     assert claim is not None and claim.status == RunStatus.RUNNING

@@ -12,6 +12,7 @@ import redis
 from django.db.models import F
 from django.utils import timezone
 
+from jobs import dispatch
 from jobs.guard import lease
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
@@ -60,6 +61,43 @@ def test_stranded_runs_are_republished_once_and_fresh_ones_left_alone(
     assert report is not None and report.republished == 0
     assert broker.llen(QUEUE) == 2
     assert JobRun.objects.filter(status=RunStatus.SCHEDULED).count() == 4
+
+
+def _sent(job: Job, count: int, *, age: float) -> list[JobRun]:
+    """``count`` due runs whose messages went out ``age`` s ago and still wait in the queue."""
+    runs = [_run(job, age=age + n, dispatched=age) for n in range(count)]
+    for run in runs:
+        dispatch.publish(job, run.pk, run.scheduled_for)
+    return runs
+
+
+def test_runs_whose_messages_still_wait_in_their_queue_are_not_republished(
+    make_job: Callable[..., Job], broker: redis.Redis
+) -> None:
+    # The workers are stopped or busy: every message is still queued, however old.
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
+    _sent(job, 3, age=60)
+    report = _pass()
+    assert report is not None and report.republished == 0
+    assert broker.llen(QUEUE) == 3
+
+
+def test_a_queue_short_of_messages_gets_only_the_missing_ones_oldest_first(
+    make_job: Callable[..., Job], broker: redis.Redis
+) -> None:
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
+    runs = _sent(job, 5, age=60)
+    for _ in range(2):  # the two oldest messages: a worker holds them unclaimed, or they were lost
+        assert broker.rpop(QUEUE) is not None
+    fresh = _sent(job, 1, age=1)[0]  # sent just now: counted as queued, never re-published
+    before = dict(JobRun.objects.values_list("pk", "dispatched_at"))
+    report = _pass()
+    assert report is not None and report.republished == 2
+    assert broker.llen(QUEUE) == 6
+    after = dict(JobRun.objects.values_list("pk", "dispatched_at"))
+    oldest_two = sorted(runs, key=lambda run: run.scheduled_for)[:2]
+    assert {pk for pk in after if after[pk] != before[pk]} == {run.pk for run in oldest_two}
+    assert fresh.pk not in {pk for pk in after if after[pk] != before[pk]}
 
 
 def test_runs_past_their_deadline_are_recorded_missed_not_republished(
