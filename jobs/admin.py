@@ -60,6 +60,7 @@ from jobs.models import (
     ApiToken,
     AuditEntry,
     AuditSource,
+    Blackout,
     Incident,
     Job,
     JobRun,
@@ -775,6 +776,41 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         for token in queryset:
             tokens.revoke(token.name, actor=_actor(request))
+
+
+@admin.register(Blackout)
+class BlackoutAdmin(admin.ModelAdmin):
+    """Blackout windows: added and removed here (audited, through the services); a window is
+    not edited in place, so what a slot was skipped for stays what the trail says."""
+
+    list_display = ("name", "scope", "starts_at", "ends_at", "description")
+    list_filter = ("job",)
+    fields = ("name", "job", "starts_at", "ends_at", "description")
+
+    @admin.display(description="job")
+    def scope(self, window: Blackout) -> str:
+        return window.job.name if window.job else "every job"
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Blackout, form: Any, change: bool) -> None:
+        saved = services.add_blackout(
+            obj.name,
+            obj.starts_at,
+            obj.ends_at,
+            actor=_actor(request),
+            job_name=None if obj.job is None else obj.job.name,
+            description=obj.description,
+        )
+        obj.pk = saved.pk
+
+    def delete_model(self, request: HttpRequest, obj: Blackout) -> None:
+        services.remove_blackout(obj.name, actor=_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Blackout]) -> None:
+        for window in queryset:
+            services.remove_blackout(window.name, actor=_actor(request))
 
 
 @admin.register(AuditEntry)

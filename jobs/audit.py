@@ -18,6 +18,7 @@ import getpass
 import logging
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -73,9 +74,14 @@ def _os_user() -> str:
 
 def job_state(job: Job) -> dict[str, Any]:
     """The job as entries record it; expects its beat entry selected with it."""
-    values = {name: getattr(job, name) for name in JOB_FIELDS if name != "schedule"}
+    values = {name: _stored(getattr(job, name)) for name in JOB_FIELDS if name != "schedule"}
     values["schedule"] = schedule_words(job)
     return {name: values[name] for name in JOB_FIELDS}
+
+
+def _stored(value: Any) -> Any:
+    # A time (a calendar's active period) as ISO 8601: the entry is JSON.
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

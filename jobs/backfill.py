@@ -21,9 +21,9 @@ from django.db import connection, transaction
 from jobs.beat.entries import schedule_of
 from jobs.dispatch import publish_many
 from jobs.exceptions import NotTriggerable
-from jobs.guard.run_records import NewRun
+from jobs.guard.run_records import NewRun, blackout_of_pg, calendar_status_pg
 from jobs.models import SLOT_TRIGGERS, Job, JobKind, JobRun
-from jobs.schedule import slots
+from jobs.schedule import calendars, slots
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ class BackfillPlan:
     until: datetime
     missing: tuple[datetime, ...]
     on_record: int
+    # Why the job's calendar skips each missing slot ("" when it runs), as the beats decide.
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def plan(
     missing: list[datetime] = []
     slot = slots.next_slot(schedule, since - _BEFORE)
     while slot is not None and slot <= until:
-        if slot not in on_record:
+        if slot not in on_record and calendars.is_active(slot, job.active_from, job.active_until):
             if len(missing) == max_runs:
                 raise ValidationError(
                     {"max_runs": [f"The range has more than {max_runs:,} slots without a run: "
@@ -91,14 +93,31 @@ def plan(
                 )  # fmt: skip
             missing.append(slot)
         slot = slots.next_slot(schedule, slot)
-    return BackfillPlan(job, since, until, tuple(missing), len(on_record))
+    zone = calendars.time_zone_of(schedule)
+    try:
+        reasons = tuple(
+            calendars.skip_reason(
+                slot,
+                zone=zone,
+                business_days_only=job.business_days_only,
+                holiday_calendar=job.holiday_calendar,
+            )
+            for slot in missing
+        )
+    except ValueError as exc:
+        raise ValidationError({"holiday_calendar": [str(exc)]}) from None
+    return BackfillPlan(job, since, until, tuple(missing), len(on_record), reasons)
 
 
 # One run per slot that has none, in one statement; the unique index one_run_per_slot decides
-# between concurrent backfills (and a beat), so each slot gets one run however many try.
-_INSERT_BACKFILL = """
-INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger)
-SELECT %(job)s, slot, 'backfill' FROM unnest(%(slots)s::timestamptz[]) AS t(slot)
+# between concurrent backfills (and a beat), so each slot gets one run however many try. A slot
+# in a blackout window or that the job's calendar skips is recorded skipped, as the beats do.
+_INSERT_BACKFILL = f"""
+INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at, error)
+SELECT %(job)s, slot, 'backfill', {calendar_status_pg("why")}
+  FROM (SELECT t.slot,
+               coalesce('blackout: ' || {blackout_of_pg("%(job)s", "t.slot")}, t.reason) AS why
+          FROM unnest(%(slots)s::timestamptz[], %(reasons)s::text[]) AS t(slot, reason)) AS d
 ON CONFLICT (job_id, scheduled_for) WHERE trigger IN ('scheduled', 'backfill') DO NOTHING
 """
 
@@ -108,7 +127,13 @@ def create(backfill: BackfillPlan) -> int:
     if not backfill.missing:
         return 0
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_BACKFILL, {"job": backfill.job.pk, "slots": list(backfill.missing)})
+        reasons = list(backfill.reasons) or [""] * len(backfill.missing)
+        params: dict[str, Any] = {
+            "job": backfill.job.pk,
+            "slots": list(backfill.missing),
+            "reasons": reasons,
+        }
+        cursor.execute(_INSERT_BACKFILL, params)
         return cursor.rowcount
 
 

@@ -19,8 +19,16 @@ class RegistryConflict(JobsError):
     """Two functions were registered under one name."""
 
 
-class JobNotFound(JobsError):
+class NotFound(JobsError):
+    """No row with the given name (the CLI's exit status 1, the API's 404)."""
+
+
+class JobNotFound(NotFound):
     """No job row with the given name."""
+
+
+class BlackoutNotFound(NotFound):
+    """No blackout window with the given name."""
 
 
 class NotTriggerable(JobsError):

@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 from django_celery_beat.models import PeriodicTask
 
 from jobs import timestamps
+from jobs.schedule import calendars
 
 
 class JobKind(models.TextChoices):
@@ -229,6 +230,27 @@ class Job(models.Model):
         validators=[MinValueValidator(1)],
         help_text="The period of the rate limit, in seconds.",
     )
+    # Calendars (jobs.schedule.calendars): slots on weekends or holidays are recorded skipped;
+    # none is scheduled outside the active period. Blackout windows are rows of their own.
+    business_days_only = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Skip the slots that fall on a Saturday or Sunday (in the job's time zone).",
+    )
+    holiday_calendar = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Skip the slots on this country's (or region's) public holidays, e.g. US, "
+        "DE-BY, GB-ENG (the holidays library); empty: none.",
+    )
+    active_from = models.DateTimeField(
+        null=True, blank=True, help_text="No slot before then (empty: from its creation)."
+    )
+    active_until = models.DateTimeField(
+        null=True, blank=True, help_text="No slot after then (empty: no end)."
+    )
     # Back-pressure (jobs.beat.coalescing): a slot is recorded skipped, not queued, while the
     # job's previous run still waits in the queue.
     coalesce = models.BooleanField(
@@ -305,6 +327,13 @@ class Job(models.Model):
             raise ValidationError(
                 {"min_hold": f"Must not exceed the lease ttl ({self.lease_ttl} s)."}
             )
+        if self.holiday_calendar:
+            try:
+                calendars.parse_holiday_calendar(self.holiday_calendar)
+            except ValueError as exc:
+                raise ValidationError({"holiday_calendar": str(exc)}) from None
+        if self.active_from and self.active_until and self.active_until <= self.active_from:
+            raise ValidationError({"active_until": "Must be after active from."})
         if (self.rate_limit_runs is None) != (self.rate_limit_period is None):
             missing = "rate_limit_period" if self.rate_limit_period is None else "rate_limit_runs"
             raise ValidationError(
@@ -635,6 +664,47 @@ JOB_DISPLAY_RELATED = (
 )
 
 
+class Blackout(models.Model):
+    """A freeze: the slots inside ``[starts_at, ends_at)`` of one job, or of every job, are
+    recorded skipped with the window's name (checked by the insert of each slot:
+    ``jobs.guard.run_records.blackout_of_pg``)."""
+
+    name = models.CharField(
+        max_length=100,
+        unique=True,
+        validators=[NO_SLASH_IN_NAME],
+        help_text="Shown on every slot it skips, e.g. release-freeze.",
+    )
+    job = models.ForeignKey(
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="blackouts",
+        help_text="The job it freezes; empty: every job.",
+    )
+    starts_at = models.DateTimeField(help_text="The first instant frozen.")
+    ends_at = models.DateTimeField(help_text="The first instant no longer frozen.")
+    description = models.TextField(blank=True, default="", help_text="Why.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-starts_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=models.F("starts_at")), name="blackout_ends_after_start"
+            )
+        ]
+        indexes = [models.Index(fields=["ends_at"], name="blackout_ends_at")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            raise ValidationError({"ends_at": "Must be after the start."})
+
+
 class ScheduleError(models.Model):
     """Why a beat cannot schedule a job (a schedule row no slot can be computed from).
 
@@ -664,6 +734,8 @@ class AuditAction(models.TextChoices):
     RESUME = "resume"
     RUN_NOW = "run_now"
     BACKFILL = "backfill"
+    BLACKOUT_ADD = "blackout_add"
+    BLACKOUT_REMOVE = "blackout_remove"
     RELEASE_LEASE = "release_lease"
     PRUNE = "prune"
     TOKEN_CREATE = "token_create"

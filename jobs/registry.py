@@ -51,6 +51,11 @@ POLICY_FIELDS: tuple[str, ...] = (
     "rate_limit_runs",
     "rate_limit_period",
     "coalesce",
+    # calendars (jobs.schedule.calendars)
+    "business_days_only",
+    "holiday_calendar",
+    "active_from",
+    "active_until",
     # where this job's incidents are notified, and for which reasons
     "alert_channels",
     "alert_reasons",

@@ -20,13 +20,14 @@ from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.database_clock import database_now
 from jobs.dispatch import trigger_now, trigger_once
-from jobs.exceptions import BadLockKey, JobNotFound
+from jobs.exceptions import BadLockKey, BlackoutNotFound, JobNotFound
 from jobs.guard import lease
 from jobs.guard.runner import lock_key_for
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
     AuditAction,
+    Blackout,
     Job,
     JobKind,
     JobRun,
@@ -327,6 +328,61 @@ def backfill_job(
     )
     transaction.on_commit(lambda: backfill.release_and_publish([job.pk]), robust=True)
     return backfill.BackfillResult(planned, created=created, dry_run=False)
+
+
+@transaction.atomic
+def add_blackout(
+    name: str,
+    starts_at: datetime,
+    ends_at: datetime,
+    *,
+    actor: Actor,
+    job_name: str | None = None,
+    description: str = "",
+) -> Blackout:
+    """A blackout window over one job (``job_name``) or every job; ``ValidationError`` naming
+    the field when it cannot be one."""
+    job = None if job_name is None else get_job(job_name)
+    window = Blackout(
+        name=name, job=job, starts_at=starts_at, ends_at=ends_at, description=description
+    )
+    window.full_clean()
+    window.save()
+    audit.record(
+        actor,
+        AuditAction.BLACKOUT_ADD,
+        job=job,
+        target=f"blackout:{name}",
+        after=blackout_values(window),
+    )
+    return window
+
+
+@transaction.atomic
+def remove_blackout(name: str, *, actor: Actor) -> None:
+    window = Blackout.objects.select_related("job").filter(name=name).first()
+    if window is None:
+        raise BlackoutNotFound(f"no blackout window named {name!r}")
+    before = blackout_values(window)
+    window.delete()
+    audit.record(
+        actor,
+        AuditAction.BLACKOUT_REMOVE,
+        job=window.job,
+        target=f"blackout:{name}",
+        before=before,
+    )
+
+
+def blackout_values(window: Blackout) -> dict[str, Any]:
+    """A blackout window as the audit trail, the CLI and the API show it."""
+    return {
+        "name": window.name,
+        "job": None if window.job is None else window.job.name,
+        "starts_at": window.starts_at.isoformat(),
+        "ends_at": window.ends_at.isoformat(),
+        "description": window.description,
+    }
 
 
 def run_kwargs(job: Job, given: Any) -> dict[str, Any] | None:

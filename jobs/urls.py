@@ -25,5 +25,7 @@ urlpatterns = [
     path("api/runs", api.runs_collection, name="api_runs"),
     path("api/runs/<str:run_id>", api.run_detail, name="api_run"),
     path("api/audit", api.audit_collection, name="api_audit"),
+    path("api/blackouts", api.blackouts_collection, name="api_blackouts"),
+    path("api/blackouts/<str:name>", api.blackout_detail, name="api_blackout"),
     re_path(r"^api/", api.not_found),
 ]

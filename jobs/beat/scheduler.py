@@ -33,8 +33,8 @@ from jobs.conf import get_conf
 from jobs.database_clock import database_now
 from jobs.dispatch import publish_many
 from jobs.guard import run_records
-from jobs.models import Job
-from jobs.schedule import catchup, slots
+from jobs.models import Job, RunStatus
+from jobs.schedule import calendars, catchup, slots
 from jobs.schedule.kinds import At, Schedule
 from jobs.upkeep.maintenance import MaintenanceLoop
 
@@ -59,6 +59,7 @@ _BEGINNING = datetime.min.replace(tzinfo=UTC)
 _KEPT = {
     "id", "name", "task", "queue", "priority", "soft_time_limit", "time_limit",
     "start_deadline", "catch_up", "updated_at", "exchange", "routing_key", "coalesce",
+    "business_days_only", "holiday_calendar", "active_from", "active_until",
 }  # fmt: skip
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
@@ -99,6 +100,10 @@ class _Entry:
     @property
     def start_deadline(self) -> int:
         return int(self.columns[_START_DEADLINE])
+
+    def is_active(self, slot: datetime) -> bool:
+        """Whether ``slot`` lies in the job's active period (jobs.schedule.calendars)."""
+        return calendars.is_active(slot, self.job.active_from, self.job.active_until)
 
     @property
     def job(self) -> Job:
@@ -302,6 +307,12 @@ class ClusterScheduler(Scheduler):
     def _record(
         self, fire: Sequence[tuple[_Entry, datetime]], missed: Sequence[tuple[int, datetime, str]]
     ) -> None:
+        fire, reasons = self._apply_calendars(fire)
+        missed = [
+            (job_id, slot, why)
+            for job_id, slot, why in missed
+            if job_id in self._entries and self._entries[job_id].is_active(slot)
+        ]
         if missed:
             recorded = run_records.insert_missed(missed)
             log.warning(
@@ -321,16 +332,21 @@ class ClusterScheduler(Scheduler):
         created = sent = 0
         for start in range(0, len(ordered), PUBLISH_CHUNK):
             chunk = ordered[start : start + PUBLISH_CHUNK]
-            won = run_records.insert_scheduled([(entry.job_id, slot) for entry, slot in chunk])
+            won = run_records.insert_scheduled(
+                [(entry.job_id, slot) for entry, slot in chunk],
+                reasons=[reasons[entry.job_id, slot] for entry, slot in chunk],
+            )
             by_id = {entry.job_id: entry for entry, _ in chunk}
             created += len(won)
+            # Slots a calendar skipped are recorded (skipped, with why) and not published.
+            due = [run for run in won if run.status == RunStatus.SCHEDULED]
             coalesced = coalescing.skip_while_queued(
-                [(run.run_id, run.job_id) for run in won if by_id[run.job_id].job.coalesce]
+                [(run.run_id, run.job_id) for run in due if by_id[run.job_id].job.coalesce]
             )
             sent += publish_many(
                 (
                     (by_id[run.job_id].job, run.run_id, run.scheduled_for)
-                    for run in won
+                    for run in due
                     if run.run_id not in coalesced
                 ),
                 producer=self.producer,
@@ -343,6 +359,32 @@ class ClusterScheduler(Scheduler):
             sent,
             extra={"action": "beat_fired"},
         )
+
+    def _apply_calendars(
+        self, fire: Sequence[tuple[_Entry, datetime]]
+    ) -> tuple[list[tuple[_Entry, datetime]], dict[tuple[int, datetime], str]]:
+        """The slots to record, without those outside their job's active period, each with the
+        reason its calendar skips it ("" when it runs). A job whose calendar cannot be read (a
+        row written around validation) is set aside, its slots not recorded."""
+        kept: list[tuple[_Entry, datetime]] = []
+        reasons: dict[tuple[int, datetime], str] = {}
+        for entry, slot in fire:
+            if not entry.is_active(slot):
+                continue
+            job = entry.job
+            try:
+                reason = calendars.skip_reason(
+                    slot,
+                    zone=calendars.time_zone_of(entry.schedule),
+                    business_days_only=job.business_days_only,
+                    holiday_calendar=job.holiday_calendar,
+                )
+            except Exception as exc:
+                self._put_aside(entry.job_id, job.name, exc)
+                continue
+            kept.append((entry, slot))
+            reasons[entry.job_id, slot] = reason
+        return kept, reasons
 
     # --- loading jobs -----------------------------------------------------------------------
     def _start(self, now: datetime) -> None:

@@ -35,6 +35,7 @@ class NewRun:
     run_id: int
     job_id: int
     scheduled_for: datetime
+    status: str = RunStatus.SCHEDULED  # skipped: a calendar's slot, recorded and not published
 
 
 @dataclass(frozen=True)
@@ -91,16 +92,38 @@ def deadline_from_pg(run: str) -> str:
     return f"CASE WHEN {run}.trigger = 'backfill' THEN {released} ELSE {slot} END"
 
 
+def blackout_of_pg(job_id: str, slot: str) -> str:
+    """SQL: the name of the blackout window (a ``Blackout`` of that job or of every job) that
+    covers ``slot`` of job ``job_id``, or NULL. Each statement that makes a slot's run asks it."""
+    return f"""(SELECT b.name FROM jobs_blackout AS b
+               WHERE (b.job_id IS NULL OR b.job_id = {job_id})
+                 AND b.starts_at <= {slot} AND {slot} < b.ends_at
+               ORDER BY b.starts_at, b.id LIMIT 1)"""
+
+
+def calendar_status_pg(why: str) -> str:
+    """SQL: the status, finished_at and error columns of a slot's new run that the calendar
+    skips when ``why`` (its reason, "" for none) says so."""
+    return f"""CASE WHEN {why} = '' THEN 'scheduled' ELSE 'skipped' END,
+       CASE WHEN {why} = '' THEN NULL ELSE now() END, {why}"""
+
+
 # Guarantee 1: the partial unique index makes the first insert of a slot win; every other beat's
 # insert of the same slot does nothing and returns no row, so only the winner publishes. The
 # winner publishes right after, so the run counts as dispatched now; if that beat dies before
 # publishing, maintenance finds the run still scheduled later and publishes it (guarantee 4).
-_INSERT_SLOTS = """
-INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, dispatched_at)
-SELECT job_id, slot, 'scheduled', now()
-  FROM unnest(%s::bigint[], %s::timestamptz[]) AS t(job_id, slot)
+# A slot in a blackout window, or that the job's calendar skips (``reason``, computed by the
+# beat: jobs.schedule.calendars), is recorded skipped in the same insert, and not published.
+_INSERT_SLOTS = f"""
+INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, dispatched_at, status, finished_at,
+                         error)
+SELECT job_id, slot, 'scheduled', CASE WHEN why = '' THEN now() END, {calendar_status_pg("why")}
+  FROM (SELECT t.job_id, t.slot,
+               coalesce('blackout: ' || {blackout_of_pg("t.job_id", "t.slot")}, t.reason) AS why
+          FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[]) AS t(job_id, slot, reason)
+       ) AS d
 ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'scheduled' DO NOTHING
-RETURNING id, job_id, scheduled_for
+RETURNING id, job_id, scheduled_for, status
 """
 
 # The job columns the runner needs, in the order _CLAIM returns them (after the run's columns).
@@ -265,15 +288,22 @@ def fail_unclaimed(run_id: int, *, node: str, error: str) -> bool:
         return cursor.rowcount == 1
 
 
-def insert_scheduled(pairs: Sequence[tuple[int, datetime]]) -> list[NewRun]:
-    """Insert one run per ``(job_id, slot)``; return the ones this caller created."""
+def insert_scheduled(
+    pairs: Sequence[tuple[int, datetime]], *, reasons: Sequence[str] | None = None
+) -> list[NewRun]:
+    """Insert one run per ``(job_id, slot)``; return the ones this caller created. A slot with a
+    ``reasons`` entry (the job's calendar) or in a blackout window is recorded skipped."""
     if not pairs:
         return []
     job_ids = [job_id for job_id, _ in pairs]
     slots = [slot for _, slot in pairs]
+    why = list(reasons) if reasons is not None else [""] * len(pairs)
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_SLOTS, [job_ids, slots])
-        return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]
+        cursor.execute(_INSERT_SLOTS, [job_ids, slots, why])
+        return [
+            NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2], status=r[3])
+            for r in cursor.fetchall()
+        ]
 
 
 def claim(

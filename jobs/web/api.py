@@ -35,7 +35,7 @@ from django.views.decorators.csrf import csrf_exempt
 from jobs import backfill, jsonvalues, services
 from jobs.audit import Actor
 from jobs.beat import entries
-from jobs.exceptions import JobNotFound, NotTriggerable, TokenRefused
+from jobs.exceptions import NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_ALERT_REASONS,
     JOB_DISPLAY_RELATED,
@@ -43,6 +43,7 @@ from jobs.models import (
     AuditAction,
     AuditEntry,
     AuditSource,
+    Blackout,
     CatchUp,
     Job,
     JobKind,
@@ -139,7 +140,7 @@ def _answer(
         response = view(request, *args, **kwargs)
     except ApiError as exc:
         return error_response(exc)
-    except JobNotFound as exc:
+    except NotFound as exc:
         return error_response(ApiError(404, str(exc)))
     except NotTriggerable as exc:
         return error_response(ApiError(409, str(exc)))
@@ -344,6 +345,9 @@ def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
     enabled = changes.pop("enabled", None)
     muting = "alerts_muted_until" in changes
     muted_until = _instant(changes.pop("alerts_muted_until", None))
+    for name in ("active_from", "active_until"):
+        if name in changes:
+            changes[name] = _instant(changes[name])
     if changes:
         for name, value in changes.items():
             setattr(job, name, value)
@@ -422,6 +426,15 @@ def _instant(value: Any) -> datetime | None:
     return None if parsed is None else parsed.astimezone(UTC)
 
 
+def _short_text(limit: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+            return f"must be a string of at most {limit} characters"
+        return None
+
+    return check
+
+
 def _instant_or_null(value: Any) -> str | None:
     if value is None:
         return None
@@ -460,6 +473,10 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "rate_limit_runs": _whole(1, nullable=True),
     "rate_limit_period": _whole(1, nullable=True),
     "coalesce": _boolean,
+    "business_days_only": _boolean,
+    "holiday_calendar": _short_text(16),
+    "active_from": _instant_or_null,
+    "active_until": _instant_or_null,
     "alert_channels": _one_of(AlertChannels.values),
     "alert_reasons": _reasons,
     "alerts_muted_until": _instant_or_null,
@@ -602,6 +619,59 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
 
 
 # --- the audit trail ---------------------------------------------------------------------------
+
+
+# --- blackout windows ---------------------------------------------------------------------------
+
+BLACKOUT_FIELDS = ("name", "starts_at", "ends_at", "job", "description")
+
+
+@endpoint({"GET": "jobs.view_blackout", "POST": "jobs.add_blackout"})
+def blackouts_collection(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        window = _add_blackout(_json_object(request), actor(request))
+        return JsonResponse(services.blackout_values(window), status=201)
+    Query(request, ()).check()
+    windows = Blackout.objects.select_related("job")
+    return JsonResponse({"results": [services.blackout_values(w) for w in windows]})
+
+
+def _add_blackout(body: dict[str, Any], by: Actor) -> Blackout:
+    errors: dict[str, list[str]] = {
+        field: [f"unknown field; known: {', '.join(BLACKOUT_FIELDS)}"]
+        for field in sorted(set(body) - set(BLACKOUT_FIELDS))
+    }
+    for field in ("starts_at", "ends_at"):
+        problem = "required" if body.get(field) is None else _instant_or_null(body[field])
+        if problem:
+            errors[field] = [problem]
+    for field, required in (("name", True), ("job", False), ("description", False)):
+        value = body.get(field)
+        if value is None and not required:
+            continue
+        if not isinstance(value, str) or "\x00" in value or (required and not value.strip()):
+            errors[field] = ["must be a non-empty string" if required else "must be a string"]
+    if errors:
+        raise invalid(errors)
+    starts_at, ends_at = _instant(body["starts_at"]), _instant(body["ends_at"])
+    assert starts_at is not None and ends_at is not None
+    try:
+        return services.add_blackout(
+            body["name"],
+            starts_at,
+            ends_at,
+            actor=by,
+            job_name=body.get("job"),
+            description=body.get("description") or "",
+        )
+    except ValidationError as exc:
+        raise invalid(_field_errors(exc)) from None
+
+
+@endpoint({"DELETE": "jobs.delete_blackout"})
+def blackout_detail(request: HttpRequest, name: str) -> HttpResponse:
+    services.remove_blackout(name, actor=actor(request))
+    return HttpResponse(status=204)
 
 
 @endpoint({"GET": "jobs.view_auditentry"})

@@ -134,6 +134,10 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "rate_limit_runs": _nullable({"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY}),
     "rate_limit_period": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
     "coalesce": {"type": "boolean"},
+    "business_days_only": {"type": "boolean"},
+    "holiday_calendar": {"type": "string", "maxLength": 16},
+    "active_from": _nullable(_DATETIME),
+    "active_until": _nullable(_DATETIME),
     "alert_channels": {"type": "string", "enum": AlertChannels.values},
     "alert_reasons": {
         "type": "array",
@@ -287,6 +291,34 @@ _SCHEMAS: dict[str, Any] = {
             "results": {"type": "array", "items": _ref("AuditEntry")},
             "next": _nullable({"type": "string", "description": "The next page, if any."}),
         },
+    },
+    "Blackout": {
+        "type": "object",
+        "required": ["name", "job", "starts_at", "ends_at", "description"],
+        "properties": {
+            "name": {"type": "string"},
+            "job": _nullable({"type": "string", "description": "null: every job."}),
+            "starts_at": _DATETIME,
+            "ends_at": _DATETIME,
+            "description": {"type": "string"},
+        },
+    },
+    "BlackoutNew": {
+        "type": "object",
+        "required": ["name", "starts_at", "ends_at"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 100, "pattern": "^[^/]*$"},
+            "job": _nullable({"type": "string", "description": "Omitted or null: every job."}),
+            "starts_at": {**_DATETIME, "description": "The first instant frozen."},
+            "ends_at": {**_DATETIME, "description": "The first instant no longer frozen."},
+            "description": {"type": "string"},
+        },
+    },
+    "BlackoutList": {
+        "type": "object",
+        "required": ["results"],
+        "properties": {"results": {"type": "array", "items": _ref("Blackout")}},
     },
     "BackfillRequest": {
         "type": "object",
@@ -518,6 +550,52 @@ def schema() -> dict[str, Any]:
                     "summary": "One run, with its traceback.",
                     "responses": {
                         "200": _json("The run.", _ref("Run")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        **_ERRORS,
+                    },
+                },
+            },
+            "/api/blackouts": {
+                "get": {
+                    "operationId": "listBlackouts",
+                    "summary": "Blackout windows: their slots are recorded skipped.",
+                    "responses": {
+                        "200": _json("Every window.", _ref("BlackoutList")),
+                        **_BAD,
+                        **_ERRORS,
+                    },
+                },
+                "post": {
+                    "operationId": "addBlackout",
+                    "summary": "Add a blackout window over one job or every job.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("BlackoutNew")}},
+                    },
+                    "responses": {
+                        "201": _json("The window added.", _ref("Blackout")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        **_ERRORS,
+                    },
+                },
+            },
+            "/api/blackouts/{name}": {
+                "parameters": [
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "description": "The window's name.",
+                        "schema": {"type": "string", "minLength": 1},
+                    }
+                ],
+                "delete": {
+                    "operationId": "removeBlackout",
+                    "summary": "Remove a blackout window.",
+                    "responses": {
+                        "204": {"description": "Removed."},
                         **_BAD,
                         **_NOT_FOUND,
                         **_ERRORS,

@@ -317,7 +317,7 @@ def test_a_failed_insert_loses_no_slot(
     beat = _beat(clock)
     original = run_records.insert_scheduled
 
-    def broken(pairs: object) -> object:
+    def broken(pairs: object, **_: object) -> object:
         raise OperationalError("database went away")
 
     monkeypatch.setattr(run_records, "insert_scheduled", broken)

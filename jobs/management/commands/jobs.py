@@ -26,11 +26,12 @@ from jobs.audit import Actor
 from jobs.beat import adoption
 from jobs.continuous.nodes import with_liveness
 from jobs.database_clock import database_now
-from jobs.exceptions import JobNotFound, NotTriggerable
+from jobs.exceptions import NotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
     AlertChannels,
+    Blackout,
     CatchUp,
     Incident,
     Job,
@@ -65,6 +66,7 @@ VERBS = (
     "incidents",
     "adopt",
     "backfill",
+    "blackout",
 )
 
 EXIT_STATUS = """\
@@ -96,6 +98,10 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "rate_limit_runs": {"type": cli.positive_int, "metavar": "N"},
     "rate_limit_period": {"type": cli.duration, "metavar": "DURATION"},
     "coalesce": {"type": cli.yes_no, "metavar": "yes|no"},
+    "business_days_only": {"type": cli.yes_no, "metavar": "yes|no"},
+    "holiday_calendar": {"metavar": "CODE"},
+    "active_from": {"type": cli.instant, "metavar": "TIME"},
+    "active_until": {"type": cli.instant, "metavar": "TIME"},
     "alert_channels": {"choices": AlertChannels.values},
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
 }
@@ -163,6 +169,27 @@ class Command(BaseCommand):
         )  # fmt: skip
         fill.add_argument("--dry-run", action="store_true", help="Make nothing, only count.")
         fill.add_argument("--json", action="store_true", help="Print a JSON object.")
+        text = "Blackout windows: the slots inside are recorded skipped with the window's name."
+        blackout = verbs.add_parser("blackout", verb="blackout", help=text, description=text)
+        actions = blackout.add_subparsers(
+            dest="blackout_action", metavar="ACTION", required=True, parser_class=cli.CliParser
+        )
+        add_window = actions.add_parser("add", verb="blackout add", help="Add a window.")
+        add_window.add_argument("window", metavar="NAME")
+        add_window.add_argument(
+            "--from", dest="starts_at", required=True, type=cli.instant, metavar="TIME",
+            help="The first instant frozen (ISO 8601; UTC if no offset).",
+        )  # fmt: skip
+        add_window.add_argument(
+            "--until", dest="ends_at", required=True, type=cli.instant, metavar="TIME",
+            help="The first instant no longer frozen.",
+        )  # fmt: skip
+        add_window.add_argument("--job", metavar="JOB", help="Only this job (default: every job).")
+        add_window.add_argument("--description", default="", metavar="TEXT", help="Why.")
+        listing = actions.add_parser("list", verb="blackout list", help="List the windows.")
+        listing.add_argument("--json", action="store_true", help="Print a JSON list.")
+        remove_window = actions.add_parser("remove", verb="blackout remove", help="Remove one.")
+        remove_window.add_argument("window", metavar="NAME")
         runs = self._add_listing(verbs, "runs", "List runs, newest slot first.")
         runs.add_argument("job", metavar="JOB", nargs="?", help="Only the runs of this job.")
         runs.add_argument("--status", choices=RunStatus.values, help="Only runs in this state.")
@@ -291,7 +318,7 @@ class Command(BaseCommand):
         handler = getattr(self, f"_verb_{verb}")
         try:
             handler(options)
-        except (JobNotFound, NotTriggerable) as exc:
+        except (NotFound, NotTriggerable) as exc:
             raise cli.CliError(verb, str(exc), returncode=cli.RUNTIME) from None
 
     def _verb_add(self, options: dict[str, Any]) -> None:
@@ -378,6 +405,44 @@ class Command(BaseCommand):
             f"backfill of {planned.job.name} from {cli.cell(planned.since)} to "
             f"{cli.cell(planned.until)}: {made} run(s); {planned.on_record} slot(s) already "
             "have one"
+        )
+
+    def _verb_blackout(self, options: dict[str, Any]) -> None:
+        action = options["blackout_action"]
+        if action == "remove":
+            services.remove_blackout(options["window"], actor=Actor.cli())
+            self.stdout.write(f"removed blackout {options['window']}")
+            return
+        if action == "list":
+            windows = [
+                services.blackout_values(window)
+                for window in Blackout.objects.select_related("job")
+            ]
+            if options["json"]:
+                self._json(windows)
+                return
+            rows = [
+                (w["name"], w["job"] or "(every job)", w["starts_at"], w["ends_at"])
+                for w in windows
+            ]
+            self._table(("NAME", "JOB", "FROM", "UNTIL"), rows, "blackout windows")
+            return
+        try:
+            window = services.add_blackout(
+                options["window"],
+                options["starts_at"],
+                options["ends_at"],
+                actor=Actor.cli(),
+                job_name=options["job"],
+                description=options["description"],
+            )
+        except ValidationError as exc:
+            flags = {"name": "NAME", "starts_at": "--from", "ends_at": "--until"}
+            raise cli.CliError("blackout add", cli.validation_detail(exc, flags)) from None
+        scope = window.job.name if window.job else "every job"
+        self.stdout.write(
+            f"added blackout {window.name} over {scope} from {cli.cell(window.starts_at)} "
+            f"until {cli.cell(window.ends_at)}"
         )
 
     def _verb_pause(self, options: dict[str, Any]) -> None:

@@ -1,0 +1,70 @@
+"""Calendars: which of a job's slots the beats skip (weekends for a business-days job, the public
+holidays of its holiday calendar) or do not schedule at all (before its ``active_from``, after its
+``active_until``), judged in the job's time zone. Pure, no I/O; blackout windows are rows, checked
+by the statement that inserts the slot (``jobs.guard.run_records.blackout_of_pg``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+import holidays
+from django.conf import settings
+
+from jobs.schedule.kinds import Cron, Schedule
+
+# ISO 3166-1 alpha-2 country, optionally an ISO 3166-2 subdivision: US, DE-BY, GB-ENG.
+_CALENDAR_CODE = re.compile(r"^([A-Z]{2})(?:-([A-Z0-9]{1,4}))?\Z")
+
+
+def parse_holiday_calendar(code: str) -> tuple[str, str | None]:
+    """``(country, subdivision)`` of a holiday calendar code that the ``holidays`` library
+    knows; ``ValueError`` saying why not."""
+    match = _CALENDAR_CODE.match(code)
+    if match is None:
+        raise ValueError(
+            f"{code[:40]!r} is not a holiday calendar: a country code, optionally with a "
+            "region, e.g. US, DE-BY, GB-ENG"
+        )
+    country, subdivision = match.groups()
+    try:
+        holidays.country_holidays(country, subdiv=subdivision, years=[])
+    except NotImplementedError as exc:
+        raise ValueError(f"{code!r} is no calendar of the holidays library: {exc}") from None
+    return country, subdivision
+
+
+@lru_cache(maxsize=512)
+def _holidays_of(country: str, subdivision: str | None, year: int) -> dict[date, str]:
+    return dict(holidays.country_holidays(country, subdiv=subdivision, years=year).items())
+
+
+def time_zone_of(schedule: Schedule) -> str:
+    """The zone a job's days are judged in: its crontab's, else the project's ``TIME_ZONE``."""
+    return schedule.tz if isinstance(schedule, Cron) else str(settings.TIME_ZONE)
+
+
+def skip_reason(
+    slot: datetime, *, zone: str, business_days_only: bool, holiday_calendar: str
+) -> str:
+    """Why the beats record ``slot`` skipped ("" when they do not): a weekend for a
+    business-days job, a public holiday of its holiday calendar, on the slot's local date."""
+    day = slot.astimezone(ZoneInfo(zone)).date()
+    if business_days_only and day.weekday() >= 5:
+        return f"weekend: {day:%A} {day.isoformat()} ({zone}) is not a business day"
+    if holiday_calendar:
+        country, subdivision = parse_holiday_calendar(holiday_calendar)
+        name = _holidays_of(country, subdivision, day.year).get(day)
+        if name is not None:
+            return f"holiday: {name} on {day.isoformat()} ({holiday_calendar})"
+    return ""
+
+
+def is_active(slot: datetime, active_from: datetime | None, active_until: datetime | None) -> bool:
+    """Whether ``slot`` lies in the job's active period (either end open when unset)."""
+    return (active_from is None or slot >= active_from) and (
+        active_until is None or slot <= active_until
+    )
