@@ -230,6 +230,7 @@ class JobAdmin(admin.ModelAdmin):
     now_fields = ["next_slot", "lease"]
     record_fields = [
         "schedule",
+        "runs_before",
         "open_incidents",
         "alerts_muted_until",
         "managed_by_code",
@@ -252,7 +253,10 @@ class JobAdmin(admin.ModelAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
         fieldsets: list[tuple[str | None, dict[str, Any]]] = [
             (None, {"fields": ["name", "task", "enabled"]}),
-            ("Schedule", {"fields": ["schedule_type", "every", "cron", "timezone", "run_at"]}),
+            (
+                "Schedule",
+                {"fields": ["schedule_type", "every", "cron", "timezone", "run_at", "after"]},
+            ),
             ("Arguments", {"fields": ["args", "kwargs"]}),
             ("Policies", {"classes": ["collapse"], "fields": list(POLICY_FIELDS)}),
         ]
@@ -377,6 +381,18 @@ class JobAdmin(admin.ModelAdmin):
         return format_html("{}<br>{}", status_badge(status), slot)
 
     @admin.display(description="lease holder #token")
+    @admin.display(description="jobs after it")
+    def runs_before(self, job: Job) -> SafeString | str:
+        """Its downstreams (jobs.dependencies), linked."""
+        downstreams = list(job.downstreams.order_by("name"))
+        if not downstreams:
+            return "none"
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((reverse("admin:jobs_job_change", args=[d.pk]), d.name) for d in downstreams),
+        )
+
     def lease(self, job: Job) -> str:
         """The live lease of the job's default key, by the database clock."""
         holder = getattr(job, "lease_holder", None)
@@ -594,14 +610,45 @@ class JobRunAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     change_list_template = "admin/jobs/jobrun/change_list.html"
-    readonly_fields = ["job_link", "status_badge", "lag", "duration", "traceback_block", "flower"]
+    readonly_fields = [
+        "job_link", "status_badge", "lag", "duration", "traceback_block", "flower", "chain",
+    ]  # fmt: skip
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
         # A run is titled and linked by its job's name, on the list and on its page.
         return super().get_queryset(request).select_related("job")
 
+    @admin.display(description="chain")
+    def chain(self, run: JobRun) -> SafeString | str:
+        """The upstream run that made this one and the runs this one made (jobs.dependencies)."""
+
+        def link(other: JobRun) -> SafeString:
+            url = reverse("admin:jobs_jobrun_change", args=[other.pk])
+            return format_html('<a href="{}">{} #{} ({})</a>', url, other.job.name, other.pk,
+                               other.status)  # fmt: skip
+
+        parts: list[SafeString] = []
+        if run.upstream_run_id is not None:
+            upstream = JobRun.objects.select_related("job").filter(pk=run.upstream_run_id).first()
+            if upstream is not None:
+                parts.append(format_html("after {}", link(upstream)))
+        made = list(run.downstream_runs.select_related("job").order_by("id")[:20])
+        if made:
+            parts.append(
+                format_html("then {}", format_html_join(", ", "{}", ((link(m),) for m in made)))
+            )
+        return format_html_join("; ", "{}", ((part,) for part in parts)) if parts else "-"
+
     fieldsets = [
-        (None, {"fields": ["job_link", "scheduled_for", "status_badge", "trigger", "attempt"]}),
+        (
+            None,
+            {
+                "fields": [
+                    *("job_link", "scheduled_for", "status_badge", "trigger", "attempt"),
+                    "chain",
+                ]
+            },
+        ),
         # A call's own arguments (jobs.calls); empty for every other run, which takes the job's.
         ("Arguments of the call", {"fields": ["args", "kwargs"]}),
         (

@@ -27,7 +27,7 @@ from django.db import transaction
 
 from jobs.models import AuditAction, AuditEntry, AuditSource, Job
 from jobs.registry import POLICY_FIELDS
-from jobs.web.serializers import schedule_words
+from jobs.web.serializers import schedule_words, upstream_names
 
 log = logging.getLogger("jobs.audit")
 
@@ -76,7 +76,9 @@ def job_state(job: Job) -> dict[str, Any]:
     """The job as entries record it; expects its beat entry selected with it."""
     values = {name: _stored(getattr(job, name)) for name in JOB_FIELDS if name != "schedule"}
     values["schedule"] = schedule_words(job)
-    return {name: values[name] for name in JOB_FIELDS}
+    state = {name: values[name] for name in JOB_FIELDS}
+    state["after"] = upstream_names(job)
+    return state
 
 
 def _stored(value: Any) -> Any:

@@ -49,6 +49,7 @@ FIELD_FLAGS: dict[str, str] = {
     "enabled": "--paused",
     "args": "--args",
     "kwargs": "--kwargs",
+    "after": "--after",
     **{field: policy_flag(field) for field in POLICY_FIELDS},
 }
 
@@ -168,6 +169,15 @@ def timezone_name(text: str) -> str:
 @argument_type
 def instant(text: str) -> datetime:
     return parse_instant(text).when
+
+
+@argument_type
+def names(text: str) -> list[str]:
+    """A comma-separated list of job names."""
+    found = [name.strip() for name in text.split(",") if name.strip()]
+    if not found:
+        raise ValueError(f"{_shown(text)}: give job names separated by commas")
+    return found
 
 
 @argument_type

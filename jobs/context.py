@@ -23,6 +23,13 @@ class JobContext:
     lease_key: str
     # Set when the lease is lost, a time limit nears or the node shuts down: return soon.
     stopping: threading.Event = field(default_factory=threading.Event)
+    # A run made by its upstreams' success (jobs.dependencies): the upstream run that made it.
+    upstream_run_id: int | None = None
+
+    @property
+    def upstream_slot(self) -> datetime | None:
+        """The slot the upstreams ran for, when they made this run (it is this run's slot)."""
+        return self.scheduled_for if self.upstream_run_id is not None else None
 
     @property
     def idempotency_key(self) -> str:

@@ -24,9 +24,11 @@ from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import (
     At,
     Cron,
+    Definition,
     Every,
     Schedule,
     Solar,
+    Triggered,
     format_duration,
     parse_interval,
     validate_cron,
@@ -45,6 +47,7 @@ class ScheduleType(models.TextChoices):
     CRON = "cron", "cron"
     ONE_OFF = "one_off", "one-off"
     CONTINUOUS = "continuous", "continuous (always running on one node)"
+    TRIGGERED = "triggered", "none: only after its upstreams (or run now, the API)"
     # Only for a job whose entry already has one (an adopted SolarSchedule), kept as it is.
     SOLAR = "solar", "solar (kept as its entry says)"
 
@@ -56,6 +59,7 @@ FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
     ScheduleType.CRON: ("cron", "timezone"),
     ScheduleType.ONE_OFF: ("run_at",),
     ScheduleType.CONTINUOUS: (),
+    ScheduleType.TRIGGERED: (),
     ScheduleType.SOLAR: (),
 }
 
@@ -118,6 +122,14 @@ class JobForm(forms.ModelForm):
         initial="UTC",
         help_text="For cron: the IANA time zone the expression is read in, e.g. Europe/Paris.",
     )
+    after = forms.ModelMultipleChoiceField(
+        queryset=Job.objects.exclude(kind=JobKind.CONTINUOUS),
+        required=False,
+        to_field_name="name",
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+        help_text="The jobs this one runs after: once for each slot all of them succeeded for "
+        "(upstreams); a failed one leaves a skipped record saying which.",
+    )
     run_at = forms.SplitDateTimeField(
         required=False,
         label="Run at",
@@ -138,7 +150,9 @@ class JobForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.schedule: Schedule | None = None
+        self.schedule: Definition | None = None
+        if self.instance.pk is not None:
+            self.initial.setdefault("after", list(self.instance.upstreams.all()))
         self.stored_schedule = _stored_schedule(self.instance)
         task_field = self.fields["task"]
         assert isinstance(task_field, forms.ChoiceField)
@@ -186,7 +200,9 @@ class JobForm(forms.ModelForm):
                 self.add_error(None, exc)
         return cleaned
 
-    def _parse_schedule(self, schedule_type: ScheduleType, data: dict[str, Any]) -> Schedule | None:
+    def _parse_schedule(
+        self, schedule_type: ScheduleType, data: dict[str, Any]
+    ) -> Definition | None:
         """Only the fields of the chosen type are read; the others may hold anything."""
         if schedule_type == ScheduleType.INTERVAL:
             return self._interval(data.get("every") or "")
@@ -196,6 +212,8 @@ class JobForm(forms.ModelForm):
             return _one_off(data.get("run_at"))
         if schedule_type == ScheduleType.SOLAR:
             return self.stored_schedule
+        if schedule_type == ScheduleType.TRIGGERED:
+            return Triggered()
         return None
 
     def _interval(self, text: str) -> Every:
@@ -230,7 +248,9 @@ class JobForm(forms.ModelForm):
             else:
                 # An operator's edit: declarations in code stop overriding this job.
                 self.instance.managed_by_code = False
-                self.instance = services.save_job(self.instance, self.schedule, actor=self.actor)
+                self.instance = services.save_job(
+                    self.instance, self.schedule, actor=self.actor, after=self._after()
+                )
         except ValidationError as exc:
             self._add_service_errors(exc)
 
@@ -244,7 +264,11 @@ class JobForm(forms.ModelForm):
             kwargs=data["kwargs"],
             enabled=data["enabled"],
             policies={name: data[name] for name in POLICY_FIELDS if name in data},
+            after=self._after(),
         )
+
+    def _after(self) -> list[str]:
+        return [job.name for job in self.cleaned_data.get("after") or []]
 
     def _add_service_errors(self, exc: ValidationError) -> None:
         if not hasattr(exc, "error_dict"):
@@ -309,6 +333,8 @@ def _schedule_initial(job: Job, schedule: Schedule | None) -> dict[str, Any]:
         return {"schedule_type": ScheduleType.SOLAR}
     if job.kind == JobKind.CONTINUOUS:
         return {"schedule_type": ScheduleType.CONTINUOUS}
+    if job.kind == JobKind.TRIGGERED:
+        return {"schedule_type": ScheduleType.TRIGGERED}
     return {}  # unreadable beat entry: the operator picks a schedule again
 
 

@@ -21,6 +21,8 @@ from jobs.schedule import calendars
 class JobKind(models.TextChoices):
     PERIODIC = "periodic", "periodic"
     CONTINUOUS = "continuous", "continuous"
+    # No schedule of its own: runs after its upstreams, or when run now / through the API.
+    TRIGGERED = "triggered", "triggered"
 
 
 class Overlap(models.TextChoices):
@@ -83,6 +85,9 @@ class Trigger(models.TextChoices):
     # A past slot that had no run, made by ``jobs backfill`` (jobs.backfill); one per slot, as
     # a scheduled run.
     BACKFILL = "backfill"
+    # The run a job gets when its upstreams succeeded for a slot (jobs.dependencies); one per
+    # job and upstream slot, its scheduled_for that slot.
+    UPSTREAM = "upstream"
 
 
 # The triggers whose runs stand for a slot of the schedule: at most one run per job and slot.
@@ -276,6 +281,15 @@ class Job(models.Model):
         blank=True,
         help_text="No notification for incidents opened before then (they still show).",
     )
+    # Dependencies (jobs.dependencies): this job runs once for each slot all of these succeeded.
+    upstreams = models.ManyToManyField(
+        "self",
+        symmetrical=False,
+        blank=True,
+        related_name="downstreams",
+        help_text="Jobs this one runs after: once per slot for which every one of them "
+        "succeeded (its own schedule, if any, still applies).",
+    )
     managed_by_code = models.BooleanField(
         default=False,
         editable=False,
@@ -301,7 +315,8 @@ class Job(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(kind=JobKind.CONTINUOUS, periodic_task__isnull=True)
+                condition=Q(kind__in=[JobKind.CONTINUOUS, JobKind.TRIGGERED])
+                & Q(periodic_task__isnull=True)
                 | Q(kind=JobKind.PERIODIC),
                 name="continuous_job_has_no_beat_entry",
             ),
@@ -413,6 +428,16 @@ class JobRun(models.Model):
     kwargs = models.JSONField(
         null=True, blank=True, help_text="The keyword arguments of this call (empty: the job's)."
     )
+    # The upstream run whose success made this run (trigger upstream; jobs.dependencies).
+    upstream_run = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        db_index=False,  # jobrun_upstream_run: only the runs upstreams made
+        on_delete=models.SET_NULL,
+        related_name="downstream_runs",
+        help_text="The upstream run whose success (or failure) made this one.",
+    )
     # A backfill run waits unpublished until its job's previous backfill run ends (jobs.backfill);
     # its start deadline counts from this release, not from its (past) slot.
     released_at = models.DateTimeField(
@@ -436,6 +461,13 @@ class JobRun(models.Model):
                 condition=Q(trigger__in=SLOT_TRIGGERS),
                 name="one_run_per_slot",
             ),
+            # One run per job and upstream slot, however many upstream runs, retries and
+            # redeliveries finish for it (jobs.dependencies).
+            models.UniqueConstraint(
+                fields=["job", "scheduled_for"],
+                condition=Q(trigger=Trigger.UPSTREAM),
+                name="one_run_per_upstream_slot",
+            ),
             # The same Idempotency-Key twice (a client's retry) finds the first run (jobs.web.api).
             models.UniqueConstraint(
                 fields=["job", "idempotency_key"],
@@ -457,6 +489,11 @@ class JobRun(models.Model):
                 fields=["job", "released_at", "scheduled_for"],
                 condition=Q(trigger=Trigger.BACKFILL, status__in=["scheduled", "running"]),
                 name="jobrun_backfill_pending",
+            ),
+            models.Index(
+                fields=["upstream_run"],
+                condition=Q(upstream_run__isnull=False),
+                name="jobrun_upstream_run",
             ),
             # For ON DELETE SET NULL when retention deletes a retried run. Partial, so the
             # runs that are no retry (nearly all) cost it nothing when they are updated.

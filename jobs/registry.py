@@ -14,7 +14,7 @@ A plain task gets no ``ctx``; one that declares a keyword-only parameter named `
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from celery import Task, current_app, shared_task
 
 from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
-from jobs.schedule.kinds import Cron, Schedule, parse_duration, parse_interval
+from jobs.schedule.kinds import Cron, Definition, Triggered, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
 F = TypeVar("F", bound=JobFunction)
@@ -72,8 +72,10 @@ class JobSpec:
 
     name: str
     func: JobFunction
-    schedule: Schedule | None = None
+    schedule: Definition | None = None
     continuous: bool = False
+    # The jobs it runs after (jobs.dependencies); without a schedule it is triggered only.
+    after: tuple[str, ...] = ()
     policies: dict[str, Any] = field(default_factory=dict)
     lock_key: str | Callable[..., str] | None = None
     # Run as a continuous job, call the function once per this many seconds while the lease is
@@ -169,6 +171,7 @@ def job(
     continuous: bool = False,
     lock_key: str | Callable[..., str] | None = None,
     step_every: str | int | float | timedelta | None = None,
+    after: Sequence[str] = (),
     **policies: Any,
 ) -> Callable[[F], F]:
     """Register ``func(ctx, *args, **kwargs)`` as the job function ``name``.
@@ -190,11 +193,17 @@ def job(
     step_seconds = None if step_every is None else parse_duration(step_every).total_seconds()
     if step_seconds is not None and step_seconds <= 0:
         raise TypeError(f"@job({name!r}): step_every must be positive")
-    schedule: Schedule | None = None
+    if isinstance(after, str):
+        raise TypeError(f"@job({name!r}): after= takes a list of job names")
+    if after and continuous:
+        raise TypeError(f"@job({name!r}): a continuous job cannot run after others")
+    schedule: Definition | None = None
     if every is not None:
         schedule = parse_interval(every)
     elif cron is not None:
         schedule = Cron(expr=cron, tz=tz)
+    elif after:
+        schedule = Triggered()  # runs only after its upstreams (and when triggered)
 
     def register(func: F) -> F:
         params = list(inspect.signature(func).parameters.values())
@@ -208,6 +217,7 @@ def job(
             func=func,
             schedule=schedule,
             continuous=continuous,
+            after=tuple(after),
             policies=dict(policies),
             lock_key=lock_key,
             step_every=step_seconds,

@@ -6,7 +6,7 @@ transaction of the change (``jobs.audit``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django_celery_beat.models import PeriodicTask
 
-from jobs import audit, backfill, jsonvalues, registry
+from jobs import audit, backfill, dependencies, jsonvalues, registry
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.database_clock import database_now
@@ -35,21 +35,23 @@ from jobs.models import (
     Trigger,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import Schedule
+from jobs.schedule.kinds import Definition, Schedule, Triggered
 from jobs.upkeep import retention
 
 
 @dataclass(frozen=True)
 class JobDefinition:
-    """Everything needed to create a job. ``schedule`` ``None`` means a continuous job."""
+    """Everything needed to create a job. ``schedule`` ``None`` means a continuous job,
+    ``Triggered()`` one without a schedule of its own; ``after`` names its upstreams."""
 
     name: str
     task: str
-    schedule: Schedule | None
+    schedule: Definition | None
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     enabled: bool = True
     policies: Mapping[str, Any] = field(default_factory=dict)
+    after: Sequence[str] = ()
 
 
 def get_job(name: str) -> Job:
@@ -151,7 +153,7 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
     job = Job(
         name=definition.name,
         task=definition.task,
-        kind=JobKind.CONTINUOUS if definition.schedule is None else JobKind.PERIODIC,
+        kind=kind_of(definition.schedule),
         args=definition.args,
         kwargs=definition.kwargs,
         enabled=definition.enabled,
@@ -159,12 +161,29 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
         **definition.policies,
     )
     validate_job(job)
+    upstreams = dependencies.check_upstreams(job, definition.after)
     job.save()
-    if definition.schedule is not None:
+    job.upstreams.set(upstreams)
+    if isinstance(definition.schedule, Schedule):
         job.periodic_task = entries.store(job, definition.schedule)
         job.save(update_fields=["periodic_task"])
     audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
     return job
+
+
+def definition_of(job: Job) -> Definition | None:
+    """What defines ``job`` now: its schedule, ``Triggered()``, or None (continuous); a beat
+    entry that cannot be read raises ``ValueError``."""
+    if job.kind == JobKind.TRIGGERED:
+        return Triggered()
+    return entries.schedule_of(job.periodic_task)
+
+
+def kind_of(schedule: Definition | None) -> str:
+    """A job's kind by what defines it: a schedule, triggered only, or continuous (None)."""
+    if schedule is None:
+        return JobKind.CONTINUOUS
+    return JobKind.TRIGGERED if isinstance(schedule, Triggered) else JobKind.PERIODIC
 
 
 @transaction.atomic
@@ -180,16 +199,23 @@ def adopt_entry(job: Job, entry: PeriodicTask, *, actor: Actor) -> Job:
 
 
 @transaction.atomic
-def save_job(job: Job, schedule: Schedule | None, *, actor: Actor) -> Job:
-    """Save an edited job (admin form, API) with its schedule; beats pick the change up."""
+def save_job(
+    job: Job, schedule: Definition | None, *, actor: Actor, after: Sequence[str] | None = None
+) -> Job:
+    """Save an edited job (admin form, API) with its schedule (and upstreams, given ``after``);
+    beats pick the change up."""
     before = audit.job_state(_locked(job))
-    job.kind = JobKind.CONTINUOUS if schedule is None else JobKind.PERIODIC
-    old_task = job.periodic_task if schedule is None else None
-    if schedule is None:
-        job.periodic_task = None  # before validating: a continuous job has no beat entry
+    job.kind = kind_of(schedule)
+    scheduled = isinstance(schedule, Schedule)
+    old_task = None if scheduled else job.periodic_task
+    if not scheduled:
+        job.periodic_task = None  # before validating: only a periodic job has a beat entry
     validate_job(job)
+    upstreams = None if after is None else dependencies.check_upstreams(job, after)
     job.save()
-    if schedule is not None:
+    if upstreams is not None:
+        job.upstreams.set(upstreams)
+    if isinstance(schedule, Schedule):
         job.periodic_task = entries.store(job, schedule)
         job.save(update_fields=["periodic_task"])
     if old_task is not None:

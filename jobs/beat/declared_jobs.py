@@ -14,9 +14,9 @@ from django.db import transaction
 
 from jobs import registry
 from jobs.audit import Actor
-from jobs.beat import entries
 from jobs.models import Job
-from jobs.services import JobDefinition, create_job, save_job
+from jobs.services import JobDefinition, create_job, definition_of, save_job
+from jobs.web.serializers import upstream_names
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ def sync_declared_jobs() -> list[str]:
                         task=spec.name,
                         schedule=spec.schedule,
                         policies=spec.policies,
+                        after=spec.after,
                     ),
                     actor=DECLARATION,
                     managed_by_code=True,
@@ -52,12 +53,12 @@ def sync_declared_jobs() -> list[str]:
 
 
 def _apply_declaration(job: Job, spec: registry.JobSpec) -> bool:
-    before = (entries.schedule_of(job.periodic_task), _policies(job, spec))
-    if before == (spec.schedule, spec.policies):
+    before = (definition_of(job), _policies(job, spec), upstream_names(job))
+    if before == (spec.schedule, spec.policies, sorted(spec.after)):
         return False
     for name, value in spec.policies.items():
         setattr(job, name, value)
-    save_job(job, spec.schedule, actor=DECLARATION)
+    save_job(job, spec.schedule, actor=DECLARATION, after=spec.after)
     return True
 
 

@@ -55,6 +55,8 @@ class Claim:
     error: str = ""
     lease: HeldLease | None = None
     trigger: str = Trigger.SCHEDULED
+    upstream_run_id: int | None = None  # the upstream run whose success made this one
+    has_downstreams: bool = False  # its finish may make runs of other jobs, to publish
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,15 @@ class LostRun:
 
 
 def deadline_from_pg(run: str) -> str:
-    """SQL: the instant the start deadline of the run aliased ``run`` counts from: its slot, or
-    for a backfill run (a past slot) its release (jobs.backfill); NULL, so never late, for a
-    backfill run not yet released. The claim function (migration 0018) repeats it."""
-    released, slot = f"{run}.released_at", f"{run}.scheduled_for"
-    return f"CASE WHEN {run}.trigger = 'backfill' THEN {released} ELSE {slot} END"
+    """SQL: the instant the start deadline of the run aliased ``run`` counts from: its slot; for
+    a backfill run (a past slot) its release (jobs.backfill), NULL, so never late, until then;
+    for an upstream's (its upstream's slot) its creation. The claim function (migration 0022)
+    repeats it."""
+    return (
+        f"CASE WHEN {run}.trigger = 'backfill' THEN {run}.released_at"
+        f" WHEN {run}.trigger = 'upstream' THEN {run}.created_at"
+        f" ELSE {run}.scheduled_for END"
+    )
 
 
 def blackout_of_pg(job_id: str, slot: str) -> str:
@@ -335,7 +341,8 @@ def claim(
         row = cursor.fetchone()
     if row is None:
         return None
-    job = _job_from_columns(row[8:-1])
+    tail = 8 + len(_JOB_FIELDS)
+    job = _job_from_columns(row[8:tail])
     held = None
     if row[6] is not None and holder is not None:
         held = held_from_row(row[5], holder, job.lease_ttl, row[6], row[7], sent_at)
@@ -348,7 +355,9 @@ def claim(
         error=row[4],
         job=job,
         lease=held,
-        trigger=row[-1],
+        trigger=row[tail],
+        upstream_run_id=row[tail + 1],
+        has_downstreams=bool(row[tail + 2]),
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import backfill, dispatch, logcontext, registry
+from jobs import backfill, dependencies, dispatch, logcontext, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import policies, run_records, shutdown_notice
@@ -245,8 +245,22 @@ def _finish(
     )
     if finished.retry is not None:
         dispatch.publish_retry(job, finished.retry)
+    if claim.has_downstreams:
+        _publish_downstream_runs(claim)
     _release_next_backfill(claim)
     return _delivered(claim.run_id, outcome, finished.status)
+
+
+def _publish_downstream_runs(claim: run_records.Claim) -> None:
+    """The runs this run's end made for the jobs after it (jobs.dependencies): out now rather
+    than when maintenance finds them unsent."""
+    try:
+        dependencies.publish_runs_made_by(claim.run_id)
+    except Exception:
+        log.exception(
+            "publishing the downstream runs failed; maintenance will",
+            extra={"action": "downstream_publish_failed", "job": claim.job.name},
+        )
 
 
 def _release_next_backfill(claim: run_records.Claim) -> None:
@@ -284,6 +298,7 @@ def _context(job: Job, claim: run_records.Claim, token: int | None, key: str) ->
         fencing_token=token,
         attempt=claim.attempt,
         lease_key=key,
+        upstream_run_id=claim.upstream_run_id,
     )
 
 

@@ -115,6 +115,16 @@ class Solar:
 Schedule = Every | Cron | At | Solar
 
 
+@dataclass(frozen=True)
+class Triggered:
+    """No slots of its own: the job runs when triggered (its upstreams' successes, run now, the
+    API). Its kind is ``triggered``; it has no beat entry."""
+
+
+# What a job is given when it is defined: a schedule, triggered only, or None (continuous).
+Definition = Schedule | Triggered
+
+
 def parse_duration(text: str | int | float | timedelta) -> timedelta:
     """``"90s"``, ``"5m"``, ``"1h30m"``, ``"2d"`` or a plain number of seconds."""
     if isinstance(text, timedelta):
@@ -236,10 +246,12 @@ def parse_instant(text: str) -> At:
     return At(when=when)
 
 
-def describe(schedule: Schedule | None) -> str:
+def describe(schedule: Definition | None) -> str:
     """The schedule in words, for the admin and the CLI."""
     if schedule is None:
         return "continuous"
+    if isinstance(schedule, Triggered):
+        return "when triggered (after its upstreams, run now, the API)"
     if isinstance(schedule, Every):
         return f"every {_describe_seconds(schedule.seconds)}"
     if isinstance(schedule, Cron):

@@ -34,7 +34,6 @@ from django.views.decorators.csrf import csrf_exempt
 
 from jobs import backfill, jsonvalues, services
 from jobs.audit import Actor
-from jobs.beat import entries
 from jobs.exceptions import NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_ALERT_REASONS,
@@ -308,7 +307,9 @@ def jobs_collection(request: HttpRequest) -> HttpResponse:
     enabled = query.boolean("enabled")
     kind = query.choice("kind", JobKind.values)
     query.check()
-    jobs = Job.objects.select_related(*JOB_DISPLAY_RELATED)
+    jobs = Job.objects.select_related(*JOB_DISPLAY_RELATED).prefetch_related(
+        "upstreams", "downstreams"
+    )
     if enabled is not None:
         jobs = jobs.filter(enabled=enabled)
     if kind is not None:
@@ -348,18 +349,19 @@ def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
     for name in ("active_from", "active_until"):
         if name in changes:
             changes[name] = _instant(changes[name])
-    if changes:
+    after = changes.pop("after", None)
+    if changes or after is not None:
         for name, value in changes.items():
             setattr(job, name, value)
         job.managed_by_code = False  # an operator's edit: the declaration in code stops applying
         try:
-            schedule = entries.schedule_of(job.periodic_task)
+            schedule = services.definition_of(job)
         except ValueError:
             raise invalid(
                 {"body": ["the job's schedule cannot be read: fix it in the admin"]}
             ) from None
         try:
-            job = services.save_job(job, schedule, actor=by)
+            job = services.save_job(job, schedule, actor=by, after=after)
         except ValidationError as exc:
             raise invalid(_field_errors(exc)) from None
     if enabled is not None and enabled != job.enabled:
@@ -426,6 +428,14 @@ def _instant(value: Any) -> datetime | None:
     return None if parsed is None else parsed.astimezone(UTC)
 
 
+def _names(value: Any) -> str | None:
+    if not isinstance(value, list) or not all(
+        isinstance(item, str) and item and "\x00" not in item for item in value
+    ):
+        return "must be a list of job names (empty: none)"
+    return None
+
+
 def _short_text(limit: int) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if not isinstance(value, str) or len(value) > limit or "\x00" in value:
@@ -480,6 +490,7 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "alert_channels": _one_of(AlertChannels.values),
     "alert_reasons": _reasons,
     "alerts_muted_until": _instant_or_null,
+    "after": _names,
 }
 
 

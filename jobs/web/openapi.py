@@ -118,6 +118,13 @@ _MUTED_UNTIL = _nullable(
     {**_DATETIME, "description": "Alerts muted until then (null: not muted); incidents still open."}
 )
 
+_AFTER = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1},
+    "uniqueItems": True,
+    "description": "The jobs this one runs after: once per slot all of them succeeded for.",
+}
+
 _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "overlap": {"type": "string", "enum": Overlap.values},
     "start_deadline": {"type": "integer", "minimum": 1, "maximum": _INT32_MAX},
@@ -175,6 +182,8 @@ _SCHEMAS: dict[str, Any] = {
             "kwargs",
             *_POLICY_PROPERTIES,
             "alerts_muted_until",
+            "after",
+            "before",
             "managed_by_code",
             "created_at",
             "updated_at",
@@ -199,6 +208,12 @@ _SCHEMAS: dict[str, Any] = {
             "kwargs": {"type": "object"},
             **_POLICY_PROPERTIES,
             "alerts_muted_until": _MUTED_UNTIL,
+            "after": _AFTER,
+            "before": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The jobs that run after this one.",
+            },
             "managed_by_code": {"type": "boolean"},
             "created_at": _DATETIME,
             "updated_at": _DATETIME,
@@ -219,6 +234,7 @@ _SCHEMAS: dict[str, Any] = {
             "enabled": {"type": "boolean"},
             **_POLICY_PROPERTIES,
             "alerts_muted_until": _MUTED_UNTIL,
+            "after": _AFTER,
         },
     },
     "Run": {

@@ -10,14 +10,16 @@ from jobs.backfill import BackfillResult
 from jobs.beat import entries, schedule_errors
 from jobs.conf import get_ops_conf
 from jobs.dispatch import task_id_for
-from jobs.models import AuditEntry, Job, JobRun, ScheduleError, Trigger
+from jobs.models import AuditEntry, Job, JobKind, JobRun, ScheduleError, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import slots
-from jobs.schedule.kinds import describe
+from jobs.schedule.kinds import Triggered, describe
 
 
 def schedule_words(job: Job) -> str:
     """The schedule in words; a beat entry that cannot be read says so instead of failing."""
+    if job.kind == JobKind.TRIGGERED:
+        return describe(Triggered())
     try:
         return describe(entries.schedule_of(job.periodic_task))
     except Exception as exc:  # any row, however it was written, must not break a page
@@ -77,7 +79,22 @@ def job_fields(job: Job) -> dict[str, Any]:
     }
     record.update((name, getattr(job, name)) for name in POLICY_FIELDS)
     record.update(args=job.args, kwargs=job.kwargs, alerts_muted_until=job.alerts_muted_until)
+    record.update(after=upstream_names(job), before=downstream_names(job))
     return record
+
+
+def upstream_names(job: Job) -> list[str]:
+    """The jobs ``job`` runs after (jobs.dependencies), by name."""
+    if job.pk is None:
+        return []
+    return sorted(upstream.name for upstream in job.upstreams.all())  # prefetched on lists
+
+
+def downstream_names(job: Job) -> list[str]:
+    """The jobs that run after ``job``, by name."""
+    if job.pk is None:
+        return []
+    return sorted(downstream.name for downstream in job.downstreams.all())
 
 
 # A run's fields as every edge shows them (the CLI's --json keys: the model's names).

@@ -43,7 +43,7 @@ from jobs.models import (
     RunStatus,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import At, Cron, Schedule, describe
+from jobs.schedule.kinds import At, Cron, Definition, Triggered, describe
 from jobs.web import serializers
 from jobs.web.serializers import schedule_words
 
@@ -271,6 +271,15 @@ class Command(BaseCommand):
         )
         schedule.add_argument("--at", type=cli.instant, metavar="ISO", help="Once, at this time.")
         schedule.add_argument("--continuous", action="store_true", help="Always on one node.")
+        schedule.add_argument(
+            "--triggered",
+            action="store_true",
+            help="No schedule of its own: after its upstreams (--after), run now, the API.",
+        )
+        add.add_argument(
+            "--after", type=cli.names, default=[], metavar="JOB,...",
+            help="Run once per slot for which all of these jobs succeeded.",
+        )  # fmt: skip
         add.add_argument("--tz", type=cli.timezone_name, help="Time zone of --cron (UTC).")
         # Not dest "args": Django takes that option for the command's positional arguments.
         add.add_argument(
@@ -335,6 +344,7 @@ class Command(BaseCommand):
             kwargs={} if options["job_kwargs"] is None else options["job_kwargs"],
             enabled=not options["paused"],
             policies={f: options[f] for f in POLICY_FIELDS if options[f] is not None},
+            after=options["after"],
         )
         try:
             job = services.create_job(definition, actor=Actor.cli())
@@ -344,7 +354,11 @@ class Command(BaseCommand):
         self.stdout.write(f"added job {job.name}: {describe(schedule)}{state}")
 
     def _verb_list(self, options: dict[str, Any]) -> None:
-        jobs = list(Job.objects.select_related(*JOB_DISPLAY_RELATED))
+        jobs = list(
+            Job.objects.select_related(*JOB_DISPLAY_RELATED).prefetch_related(
+                "upstreams", "downstreams"
+            )
+        )
         if options["json"]:
             self._json([cli.job_record(job) for job in jobs])
             return
@@ -624,7 +638,7 @@ class Command(BaseCommand):
         self.stdout.write(cli.table(headers, rows) if rows else f"no {what}")
 
 
-def _schedule(options: dict[str, Any]) -> Schedule | None:
+def _schedule(options: dict[str, Any]) -> Definition | None:
     """The one schedule flag given (argparse enforces exactly one); ``None`` is continuous."""
     if options["tz"] is not None and options["cron"] is None:
         raise cli.CliError("add", "--tz: only applies to --cron")
@@ -638,6 +652,8 @@ def _schedule(options: dict[str, Any]) -> Schedule | None:
             raise cli.CliError("add", f"--cron: {exc}") from None
     if options["at"] is not None:
         return At(when=options["at"])
+    if options["triggered"]:
+        return Triggered()
     return None
 
 

@@ -1,0 +1,111 @@
+"""Dependencies with real processes: two beats, a worker killed with SIGKILL mid-run and replaced.
+A → B → C, a join of A and X, and D after a job that always fails: one B per A success for its
+slot, one C per B success, one join run per slot both succeeded for, none for a failure (a
+skipped record naming the upstream run instead), and the chain readable from the records."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from jobs import services
+from jobs.audit import Actor
+from jobs.models import Job, JobRun, RunStatus, Trigger
+from jobs.schedule.kinds import Definition, Every, Triggered
+from jobs.services import JobDefinition, create_job
+from tests.acceptance.conftest import Cluster, wait_for
+
+pytestmark = pytest.mark.acceptance
+
+ACTOR = Actor.code("tests")
+BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
+ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.LOST, RunStatus.SKIPPED,
+         RunStatus.MISSED)  # fmt: skip
+
+
+def _job(
+    cluster: Cluster, name: str, schedule: Definition, *, after: tuple[str, ...] = (), **kw: object
+) -> Job:
+    task = str(kw.pop("task", "tests.record"))
+    return create_job(
+        JobDefinition(
+            name=name,
+            task=task,
+            schedule=schedule,
+            kwargs=dict(kw),
+            after=after,
+            policies={"queue": cluster.queue, "lease_ttl": 3, "start_deadline": 120},
+        ),
+        actor=ACTOR,
+    )
+
+
+def _by_slot(job: Job, status: RunStatus | None = None) -> dict[object, list[JobRun]]:
+    runs = JobRun.objects.filter(job=job)
+    if status is not None:
+        runs = runs.filter(status=status)
+    slots: dict[object, list[JobRun]] = {}
+    for run in runs:
+        slots.setdefault(run.scheduled_for, []).append(run)
+    return slots
+
+
+def test_a_chain_and_a_join_run_once_per_upstream_success_through_a_killed_worker(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "executions.log")
+    a = _job(cluster, "a", Every(2), log=log, seconds=0.3)
+    x = _job(cluster, "x", Every(2), log=log)
+    b = _job(cluster, "b", Triggered(), after=("a",), log=log, seconds=0.3)
+    c = _job(cluster, "c", Triggered(), after=("b",), log=log)
+    join = _job(cluster, "join", Triggered(), after=("a", "x"), log=log)
+    _job(cluster, "failing", Every(2), task="tests.fail")
+    d = _job(cluster, "d", Triggered(), after=("failing",), log=log)
+
+    for name in ("beat-1", "beat-2"):
+        cluster.start_beat(name, env=BEAT_ENV)
+    cluster.start_worker("worker-1", concurrency=3)
+    wait_for(
+        lambda: JobRun.objects.filter(job=c, status=RunStatus.SUCCEEDED).count() >= 2,
+        timeout=90,
+        what="two C runs",
+    )
+    cluster.kill("worker-1", signal.SIGKILL)
+    cluster.start_worker("worker-2", concurrency=3)
+    wait_for(
+        lambda: JobRun.objects.filter(job=c, status=RunStatus.SUCCEEDED).count() >= 5,
+        timeout=90,
+        what="C running again after the kill",
+    )
+    for upstream in ("a", "x", "failing"):
+        services.pause(upstream, actor=ACTOR)
+    wait_for(
+        lambda: not JobRun.objects.exclude(status__in=ENDED).exists(),
+        timeout=90,
+        what="every run ended",
+    )
+
+    a_ok, b_ok = _by_slot(a, RunStatus.SUCCEEDED), _by_slot(b, RunStatus.SUCCEEDED)
+    b_all, c_all = _by_slot(b), _by_slot(c)
+    assert all(len(runs) == 1 for runs in (*b_all.values(), *c_all.values()))
+    assert set(a_ok) <= set(b_all), "an A success without its B"
+    assert set(b_ok) == set(c_all) - {
+        slot for slot, (run,) in c_all.items() if run.status == RunStatus.SKIPPED
+    }, "a C without a B success, or a B success without its C"
+    for slot, (run,) in b_all.items():
+        if run.status == RunStatus.SKIPPED:
+            assert slot not in a_ok and run.error.startswith("upstream a run ")
+        else:
+            assert run.trigger == Trigger.UPSTREAM and run.upstream_run is not None
+            assert run.upstream_run.job_id == a.pk
+    both = set(a_ok) & set(_by_slot(x, RunStatus.SUCCEEDED))
+    join_ok = _by_slot(join)
+    assert all(len(runs) == 1 for runs in join_ok.values())
+    assert both == {s for s, (r,) in join_ok.items() if r.status != RunStatus.SKIPPED}
+    assert len(both) >= 5
+    d_runs = list(JobRun.objects.filter(job=d))
+    assert d_runs and all(r.status == RunStatus.SKIPPED for r in d_runs)
+    assert all(" failed: ValueError: boom from tests.fail" in r.error for r in d_runs)
+    assert JobRun.objects.filter(job=b, status=RunStatus.SUCCEEDED).count() >= 5
