@@ -61,6 +61,25 @@ def resolve_incidents(job_id: int | None, kinds: list[str], run_id: int | None =
         return [row[0] for row in cursor.fetchall()]
 
 
+# A stuck incident only for a run still running when it opens: the row lock makes a finish that
+# comes meanwhile wait for it (and then resolve it), or makes this find the run ended. Without
+# it, a run ending between the suspects' read and the open left a stuck incident for a run
+# that was over.
+_OPEN_WHILE_RUNNING = """
+SELECT jobs_open_incident(%(job)s, 'stuck', 'stuck', %(summary)s, r.id)
+  FROM jobs_jobrun AS r
+ WHERE r.id = %(run)s AND r.status = 'running'
+   FOR SHARE OF r
+"""
+
+
+def _open_while_running(job_id: int, summary: str, run_id: int) -> int | None:
+    with connection.cursor() as cursor:
+        cursor.execute(_OPEN_WHILE_RUNNING, {"job": job_id, "summary": summary, "run": run_id})
+        row = cursor.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def _opened(incident_id: int | None, message: str, **extra: object) -> None:
     if incident_id is not None:
         extra = {"action": "incident_opened", "incident_id": incident_id, **extra}
@@ -123,7 +142,7 @@ def check_stuck_runs() -> list[int]:
         summary = f"run {run_id} has been running for {age:.0f} s, past {basis}"
         stuck.append(run_id)
         _opened(
-            open_incident(job_id, IncidentKind.STUCK, "stuck", summary, run_id),
+            _open_while_running(job_id, summary, run_id),
             summary,
             job_id=job_id,
             run_id=run_id,

@@ -53,6 +53,8 @@ JOB_KEYS = {
     "holiday_calendar",
     "active_from",
     "active_until",
+    "after",
+    "before",
     "coalesce",
     "alert_channels",
     "alert_reasons",
@@ -282,7 +284,8 @@ BAD_ADD_INPUT = [
     ),
     pytest.param(
         [],
-        "jobs add: error: one of the arguments --every --cron --at --continuous is required",
+        "jobs add: error: one of the arguments --every --cron --at --continuous --triggered is "
+        "required",
         id="no-schedule",
     ),
     pytest.param(
