@@ -1,0 +1,265 @@
+"""What continuous-job supervision costs the database as the cluster grows, and where it goes.
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/jobs \\
+        .venv/bin/python -m bench.nodes_bench [--nodes 100,300,1000] [--jobs 1000,3000] \\
+            [--threads 200] [--seconds 20]
+
+In a database of its own (``<DATABASE_URL's database>_nodes_bench``), for each size (N live
+nodes, J continuous jobs each holding its lease, spread over the nodes):
+
+- the three statements every node makes, each timed ``--samples`` times on one connection
+  (median, p99): the supervision snapshot (``jobs.continuous.supervisor._SNAPSHOT``, once a
+  second per node), the node heartbeat (once per ``JOBS_NODE_HEARTBEAT``) and a lease renewal
+  (each held job, every ttl/3), with the snapshot's size;
+- the projection: statements per second of the whole cluster and the database time they take
+  (N x per-node rate x median), which for the snapshot grows as N x (J + N);
+- a simulation: ``--threads`` threads, each a node with its own connection issuing its real
+  statements at their real rates for ``--seconds``, reporting the statements per second the
+  server sustained and how late the nodes' supervision ticks ran (a tick is due every second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from bench.databases import fresh_database, recreate
+from bench.measure import percentile
+
+HEARTBEAT = 5.0  # JOBS_NODE_HEARTBEAT's default
+LEASE_TTL = 30.0  # a continuous job's default lease ttl: renewed every ttl/3
+
+
+@dataclass(frozen=True)
+class Size:
+    nodes: int
+    jobs: int
+    snapshot_ms: tuple[float, float]  # median, p99
+    snapshot_kb: float
+    heartbeat_ms: tuple[float, float]
+    renew_ms: tuple[float, float]
+
+    @property
+    def per_node_rates(self) -> tuple[float, float, float]:
+        """Statements per second one node makes: snapshots, heartbeats, renewals."""
+        held = self.jobs / self.nodes
+        return 1.0, 1.0 / HEARTBEAT, held / (LEASE_TTL / 3)
+
+    def projected(self) -> tuple[float, float]:
+        """The whole cluster's statements per second and database milliseconds per second."""
+        snap, beat, renew = self.per_node_rates
+        per_second = self.nodes * (snap + beat + renew)
+        busy = self.nodes * (
+            snap * self.snapshot_ms[0] + beat * self.heartbeat_ms[0] + renew * self.renew_ms[0]
+        )
+        return per_second, busy
+
+
+def _fill(url: str, nodes: int, jobs: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE jobs_lease, jobs_node, jobs_job CASCADE")
+        conn.execute(
+            """
+            INSERT INTO jobs_node (name, host, pid, queues, concurrency, version, state,
+                                   started_at, last_heartbeat, heartbeat_interval)
+            SELECT 'node-' || n, 'host-' || n, n, '["default"]'::jsonb, 4, 'bench', 'alive',
+                   now(), now(), %s
+              FROM generate_series(1, %s) AS n
+            """,
+            [HEARTBEAT, nodes],
+        )
+        conn.execute(
+            """
+            INSERT INTO jobs_job (name, task, kind, enabled, args, kwargs, overlap,
+                                  start_deadline, catch_up, on_lost, max_retries, retry_backoff,
+                                  lease_ttl, min_hold, queue, alert_channels, alert_reasons,
+                                  managed_by_code, adopted, description, exchange,
+                                  routing_key, created_at, updated_at, max_concurrency)
+            SELECT 'poller-' || j, 'bench.poll', 'continuous', true, '[]', '{}', 'skip', 300,
+                   'latest', 'abandon', 0, 10, %s, 0, 'default', 'default', '[]', false,
+                   false, '', '', '', now(), now(), 1
+              FROM generate_series(1, %s) AS j
+            """,
+            [int(LEASE_TTL), jobs],
+        )
+        conn.execute(
+            """
+            INSERT INTO jobs_lease (key, holder, token, acquired_at, expires_at)
+            SELECT 'job:poller-' || j, 'node-' || (1 + j %% %s) || ':1:poller-' || j, 1, now(),
+                   now() + interval '1 hour'
+              FROM generate_series(1, %s) AS j
+            """,
+            [nodes, jobs],
+        )
+        conn.execute("ANALYZE")
+
+
+def _timed(conn: psycopg.Connection, samples: int, statement: Callable[[], object]) -> list[float]:
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        statement()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def _measure(url: str, nodes: int, jobs: int, samples: int, snapshot_sql: str) -> Size:
+    with psycopg.connect(url, autocommit=True) as conn:
+        size = [0]
+
+        def snapshot() -> None:
+            row = conn.execute(snapshot_sql, {"keys": []}).fetchone()
+            assert row is not None
+            size[0] = sum(len(str(part)) for part in row)
+
+        heartbeat_sql = (
+            "UPDATE jobs_node SET last_heartbeat = now(), queues = %s::jsonb "
+            "WHERE name = %s AND pid = %s AND state = 'alive'"
+        )
+        renew_sql = (
+            "UPDATE jobs_lease SET expires_at = now() + make_interval(secs => %s) "
+            "WHERE key = %s AND token = %s AND expires_at > now() "
+            "RETURNING expires_at, stop_requested_by"
+        )
+        snap = _timed(conn, samples, snapshot)
+        beat = _timed(
+            conn, samples, lambda: conn.execute(heartbeat_sql, ['["default"]', "node-1", 1])
+        )
+        renew = _timed(
+            conn, samples, lambda: conn.execute(renew_sql, [LEASE_TTL, "job:poller-1", 1])
+        )
+
+    def stats(values: list[float]) -> tuple[float, float]:
+        return statistics.median(values), percentile(values, 99)
+
+    return Size(nodes, jobs, stats(snap), size[0] / 1024, stats(beat), stats(renew))
+
+
+def _simulate(url: str, nodes: int, jobs: int, seconds: float, snapshot_sql: str) -> str:
+    """``nodes`` threads, each one node making its statements at their rates; what it sustained."""
+    statements = [0] * nodes
+    lateness: list[list[float]] = [[] for _ in range(nodes)]
+    stop = threading.Event()
+    held_per_node = max(1, jobs // nodes)
+
+    def node(index: int) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            name = f"node-{index + 1}"
+            next_tick = time.monotonic() + (index / nodes)  # spread over the second
+            next_beat = next_tick
+            next_renew = next_tick
+            while not stop.is_set():
+                now = time.monotonic()
+                if now < next_tick:
+                    time.sleep(min(next_tick - now, 0.05))
+                    continue
+                lateness[index].append(now - next_tick)
+                conn.execute(snapshot_sql, {"keys": []}).fetchone()
+                statements[index] += 1
+                if now >= next_beat:
+                    conn.execute(
+                        "UPDATE jobs_node SET last_heartbeat = now() WHERE name = %s", [name]
+                    )
+                    statements[index] += 1
+                    next_beat += HEARTBEAT
+                if now >= next_renew:
+                    for held in range(held_per_node):
+                        job = 1 + (index + held * nodes) % jobs
+                        conn.execute(
+                            "UPDATE jobs_lease SET expires_at = now() + interval '1 hour' "
+                            "WHERE key = %s",
+                            [f"job:poller-{job}"],
+                        )
+                    statements[index] += held_per_node
+                    next_renew += LEASE_TTL / 3
+                next_tick += 1.0
+
+    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(nodes)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    elapsed = time.monotonic() - started
+    late = [value for values in lateness for value in values[2:]]  # after warming up
+    rate = sum(statements) / elapsed
+    median_late = statistics.median(late) * 1000 if late else float("nan")
+    p99_late = percentile(late, 99) * 1000 if late else float("nan")
+    return (
+        f"| {nodes} threads, {jobs} jobs | {rate:,.0f} statements/s | tick lateness median "
+        f"{median_late:,.0f} ms, p99 {p99_late:,.0f} ms |"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.nodes_bench")
+    parser.add_argument("--nodes", default="100,300,1000", help="cluster sizes to time")
+    parser.add_argument("--jobs", default="1000,3000", help="continuous jobs per size")
+    parser.add_argument("--samples", type=int, default=200, help="timings per statement")
+    parser.add_argument("--threads", type=int, default=200, help="simulated nodes (0: none)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="simulation length")
+    args = parser.parse_args(argv)
+
+    url = os.environ.get("DATABASE_URL")
+    if not url or not url.startswith("postgres"):
+        print("set DATABASE_URL (PostgreSQL)", file=sys.stderr)
+        return 2
+    name, bench_url, admin = fresh_database(url, "_nodes_bench")
+    os.environ.update(DATABASE_URL=bench_url, DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    from jobs.continuous.supervisor import _SNAPSHOT
+
+    sizes: list[Size] = []
+    simulated: list[str] = []
+    try:
+        call_command("migrate", verbosity=0)
+        connections.close_all()
+        for jobs in (int(j) for j in args.jobs.split(",")):
+            for nodes in (int(n) for n in args.nodes.split(",")):
+                _fill(bench_url, nodes, jobs)
+                sizes.append(_measure(bench_url, nodes, jobs, args.samples, _SNAPSHOT))
+                print(f"timed {nodes} nodes, {jobs} jobs", flush=True)
+            if args.threads:
+                _fill(bench_url, args.threads, jobs)
+                simulated.append(_simulate(bench_url, args.threads, jobs, args.seconds, _SNAPSHOT))
+    finally:
+        connections.close_all()
+        recreate(admin, name, create=False)
+    print()
+    print("| nodes | jobs | snapshot ms (median / p99) | snapshot KB | heartbeat ms | renew ms |"
+          " cluster statements/s | database ms/s |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for s in sizes:
+        per_second, busy = s.projected()
+        print(
+            f"| {s.nodes} | {s.jobs} | {s.snapshot_ms[0]:.2f} / {s.snapshot_ms[1]:.2f} | "
+            f"{s.snapshot_kb:,.0f} | {s.heartbeat_ms[0]:.2f} | {s.renew_ms[0]:.2f} | "
+            f"{per_second:,.0f} | {busy:,.0f} |"
+        )
+    if simulated:
+        print()
+        print("| simulation | sustained | supervision ticks |")
+        print("| --- | --- | --- |")
+        for line in simulated:
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
