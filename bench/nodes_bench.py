@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     name, bench_url, admin = fresh_database(url, "_nodes_bench")
     os.environ.update(DATABASE_URL=bench_url, DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    os.environ.setdefault("CELERY_BROKER_URL", "memory://")  # settings want one; nothing is sent
     import django
 
     django.setup()
