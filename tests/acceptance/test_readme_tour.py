@@ -133,6 +133,7 @@ class FormReader(HTMLParser):
         self.inside = False
         self.fields: dict[str, str] = {}
         self._select: str | None = None
+        self._multiple = False
         self._textarea: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -147,8 +148,12 @@ class FormReader(HTMLParser):
                 self.fields[a["name"]] = a.get("value", "on" if kind == "checkbox" else "")
         elif tag == "select":
             self._select = a["name"]
+            self._multiple = "multiple" in a
         elif tag == "option" and self._select:
-            if "selected" in a or self._select not in self.fields:  # else the first option
+            # A single select submits its first option when none is selected; a multiple one
+            # submits only the selected (here: the last of them; the tour selects none).
+            first = self._select not in self.fields and not self._multiple
+            if "selected" in a or first:
                 self.fields[self._select] = a.get("value", "")
         elif tag == "textarea":
             self._textarea = a["name"]
