@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/jobs \\
         .venv/bin/python -m bench.nodes_bench [--nodes 100,300,1000] [--jobs 1000,3000] \\
-            [--threads 200] [--seconds 20]
+            [--threads 80] [--seconds 20]
 
 In a database of its own (``<DATABASE_URL's database>_nodes_bench``), for each size (N live
 nodes, J continuous jobs each holding its lease, spread over the nodes):
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="100,300,1000", help="cluster sizes to time")
     parser.add_argument("--jobs", default="1000,3000", help="continuous jobs per size")
     parser.add_argument("--samples", type=int, default=200, help="timings per statement")
-    parser.add_argument("--threads", type=int, default=200, help="simulated nodes (0: none)")
+    # Each simulated node holds a connection: stay under the server's max_connections (100).
+    parser.add_argument("--threads", type=int, default=80, help="simulated nodes (0: none)")
     parser.add_argument("--seconds", type=float, default=20.0, help="simulation length")
     args = parser.parse_args(argv)
 
