@@ -383,6 +383,22 @@ def _trigger_kwargs(request: HttpRequest) -> Any:
     return body.get("kwargs")
 
 
+def _body_errors(
+    body: dict[str, Any], known: Iterable[str], *, instants: Iterable[str]
+) -> dict[str, list[str]]:
+    """A request body's fields it does not know, and its required instants missing or bad."""
+    known = list(known)
+    errors = {
+        field: [f"unknown field; known: {', '.join(known)}"]
+        for field in sorted(set(body) - set(known))
+    }
+    for field in instants:
+        problem = "required" if body.get(field) is None else _instant_or_null(body[field])
+        if problem:
+            errors[field] = [problem]
+    return errors
+
+
 def _field_errors(exc: ValidationError) -> dict[str, list[str]]:
     if not hasattr(exc, "error_dict"):
         return {"body": exc.messages}
@@ -537,14 +553,7 @@ def job_runs(request: HttpRequest, name: str) -> HttpResponse:
 def job_backfill(request: HttpRequest, name: str) -> HttpResponse:
     """Make the runs of the job's past slots in a range that have none (``jobs.backfill``)."""
     body = _json_object(request)
-    errors: dict[str, list[str]] = {
-        field: [f"unknown field; known: {', '.join(BACKFILL_FIELDS)}"]
-        for field in sorted(set(body) - set(BACKFILL_FIELDS))
-    }
-    for field in ("since", "until"):
-        problem = "required" if body.get(field) is None else _instant_or_null(body[field])
-        if problem:
-            errors[field] = [problem]
+    errors = _body_errors(body, BACKFILL_FIELDS, instants=("since", "until"))
     max_runs = body.get("max_runs", backfill.DEFAULT_MAX_RUNS)
     problem = _whole(1)(max_runs)
     if problem:
@@ -648,14 +657,7 @@ def blackouts_collection(request: HttpRequest) -> HttpResponse:
 
 
 def _add_blackout(body: dict[str, Any], by: Actor) -> Blackout:
-    errors: dict[str, list[str]] = {
-        field: [f"unknown field; known: {', '.join(BLACKOUT_FIELDS)}"]
-        for field in sorted(set(body) - set(BLACKOUT_FIELDS))
-    }
-    for field in ("starts_at", "ends_at"):
-        problem = "required" if body.get(field) is None else _instant_or_null(body[field])
-        if problem:
-            errors[field] = [problem]
+    errors = _body_errors(body, BLACKOUT_FIELDS, instants=("starts_at", "ends_at"))
     for field, required in (("name", True), ("job", False), ("description", False)):
         value = body.get(field)
         if value is None and not required:
