@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
@@ -195,3 +196,20 @@ def test_cli_adds_a_triggered_job_after_others_and_api_patches_them(
     cycle = api.patch("/api/jobs/import", {"after": ["report"]}, content_type="application/json")
     assert cycle.status_code == 400 and "cycle" in cycle.json()["fields"]["after"][0]
     assert Job.objects.get(name="report").kind == JobKind.TRIGGERED  # a patch keeps the kind
+
+
+def test_cli_after_shows_sets_and_clears_a_job_s_upstreams(make_job: Callable[..., Job]) -> None:
+    make_job("import")
+    make_job("report")
+
+    def after(*args: str) -> str:
+        out = io.StringIO()
+        call_command("jobs", "after", "report", *args, stdout=out, stderr=io.StringIO())
+        return out.getvalue().strip()
+
+    assert after() == "report runs after: no job"
+    assert after("--set", "import") == "report runs after: import"
+    with pytest.raises(CommandError) as info:
+        after("--set", "report")
+    assert "--set" in str(info.value) and "itself" in str(info.value)
+    assert after("--clear") == "report runs after: no job"

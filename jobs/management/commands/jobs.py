@@ -67,6 +67,7 @@ VERBS = (
     "adopt",
     "backfill",
     "blackout",
+    "after",
 )
 
 EXIT_STATUS = """\
@@ -169,6 +170,15 @@ class Command(BaseCommand):
         )  # fmt: skip
         fill.add_argument("--dry-run", action="store_true", help="Make nothing, only count.")
         fill.add_argument("--json", action="store_true", help="Print a JSON object.")
+        text = "Show or set the jobs a job runs after (its upstreams)."
+        after = verbs.add_parser("after", verb="after", help=text, description=text)
+        after.add_argument("name", metavar="NAME")
+        change = after.add_mutually_exclusive_group()
+        change.add_argument(
+            "--set", dest="upstreams", type=cli.names, metavar="JOB,...",
+            help="Run once per slot for which all of these jobs succeeded.",
+        )  # fmt: skip
+        change.add_argument("--clear", action="store_true", help="Run after no job.")
         text = "Blackout windows: the slots inside are recorded skipped with the window's name."
         blackout = verbs.add_parser("blackout", verb="blackout", help=text, description=text)
         actions = blackout.add_subparsers(
@@ -420,6 +430,21 @@ class Command(BaseCommand):
             f"{cli.cell(planned.until)}: {made} run(s); {planned.on_record} slot(s) already "
             "have one"
         )
+
+    def _verb_after(self, options: dict[str, Any]) -> None:
+        job = services.get_job(options["name"])
+        upstreams = [] if options["clear"] else options["upstreams"]
+        if upstreams is not None:
+            job.managed_by_code = False  # an operator's edit: the declaration stops applying
+            try:
+                job = services.save_job(
+                    job, services.definition_of(job), actor=Actor.cli(), after=upstreams
+                )
+            except ValidationError as exc:
+                detail = cli.validation_detail(exc, {"after": "--set"})
+                raise cli.CliError("after", detail) from None
+        names = serializers.upstream_names(job)
+        self.stdout.write(f"{job.name} runs after: {', '.join(names) or 'no job'}")
 
     def _verb_blackout(self, options: dict[str, Any]) -> None:
         action = options["blackout_action"]
