@@ -34,6 +34,7 @@ DEFAULTS: Mapping[str, object] = MappingProxyType(
         "JOBS_NODE_HEARTBEAT": 5.0,
         "JOBS_MAINTENANCE_INTERVAL": 5.0,
         "JOBS_REPUBLISH_AFTER": 30.0,
+        "JOBS_BULK_PUBLISH": True,
         "JOBS_BEAT_TEST_CLOCK_OFFSET": 0.0,
         "FLOWER_URL": "",
         "JOBS_METRICS_ALLOW_FROM": (),
@@ -65,6 +66,9 @@ class JobsConf:
     # scheduled after its message was sent before it is published again.
     maintenance_interval: float = 5.0
     republish_after: float = 30.0
+    # A burst's messages built once per job shape and sent a chunk per round trip
+    # (jobs.bulk_publish); off: one send_task per run, as before.
+    bulk_publish: bool = True
     # Testing only: shifts the beat's clock, to simulate a skewed node clock.
     beat_test_clock_offset: float = 0.0
 
@@ -87,6 +91,7 @@ def get_conf() -> JobsConf:
         node_heartbeat=float(_setting("JOBS_NODE_HEARTBEAT")),
         maintenance_interval=float(_setting("JOBS_MAINTENANCE_INTERVAL")),
         republish_after=float(_setting("JOBS_REPUBLISH_AFTER")),
+        bulk_publish=bool(_setting("JOBS_BULK_PUBLISH")),
         beat_test_clock_offset=float(_setting("JOBS_BEAT_TEST_CLOCK_OFFSET")),
     )
 

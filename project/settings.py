@@ -184,6 +184,9 @@ JOBS_BEAT_MAX_INTERVAL = env.float("JOBS_BEAT_MAX_INTERVAL", default=0.5, minimu
 JOBS_MAINTENANCE_INTERVAL = env.float("JOBS_MAINTENANCE_INTERVAL", default=5.0, minimum=0.1)
 # A run still `scheduled` this long after its message was sent is published again (seconds).
 JOBS_REPUBLISH_AFTER = env.float("JOBS_REPUBLISH_AFTER", default=30.0, minimum=0.1)
+# A burst of slots is published in bulk: messages built once per job shape, a chunk per round
+# trip (jobs.bulk_publish). 0: one send_task per run.
+JOBS_BULK_PUBLISH = env.bool("JOBS_BULK_PUBLISH", default=True)
 # For tests only: this beat's clock runs this many seconds ahead (negative: behind) of the
 # machine's, to show that node clock skew does not change which slots run.
 JOBS_BEAT_TEST_CLOCK_OFFSET = env.float("JOBS_BEAT_TEST_CLOCK_OFFSET", default=0.0)

@@ -31,7 +31,7 @@ from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
-from jobs.dispatch import publish_many
+from jobs.dispatch import BURST_OVER, publish_many
 from jobs.guard import run_records
 from jobs.models import Job, RunStatus
 from jobs.schedule import calendars, catchup, slots
@@ -48,9 +48,6 @@ ERROR_BACKOFF_SECONDS = 1.0
 CHANGE_BATCH = 5_000
 # Slots inserted (and then published) per statement when many are due at once.
 PUBLISH_CHUNK = 500
-# A tick firing more slots than this publishes them without Celery's task-sent events, which
-# double the cost of a publish (Flower shows each run when a worker receives it).
-SENT_EVENTS_UP_TO = 100
 _BEGINNING = datetime.min.replace(tzinfo=UTC)
 
 # The job columns a beat keeps: what publishing a run reads, and the catch-up inputs, in the
@@ -328,7 +325,7 @@ class ClusterScheduler(Scheduler):
         # one, so a burst of slots spreads over the beats with no coordination; and a beat that
         # dies mid-burst strands at most one chunk (maintenance re-publishes it).
         ordered = sorted(fire, key=lambda item: (item[1], item[0].job_id))
-        sent_event = len(ordered) <= SENT_EVENTS_UP_TO
+        burst = len(ordered) > BURST_OVER
         created = sent = 0
         for start in range(0, len(ordered), PUBLISH_CHUNK):
             chunk = ordered[start : start + PUBLISH_CHUNK]
@@ -350,7 +347,7 @@ class ClusterScheduler(Scheduler):
                     if run.run_id not in coalesced
                 ),
                 producer=self.producer,
-                sent_event=sent_event,
+                burst=burst,
             )
         log.info(
             "beat fired %d slot(s): %d created here, %d published",
