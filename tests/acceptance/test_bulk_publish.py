@@ -6,23 +6,26 @@ re-publishes what did not arrive, and a message that arrived twice runs once).""
 from __future__ import annotations
 
 import json
-import os
+import signal
 import time
-from datetime import timedelta
+from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from celery import current_app
+from django.db import transaction
 from django.utils import timezone
 
+from bench.beat_bench import create_jobs
 from devtools.__main__ import flower_state_options
-from devtools.services import free_port
+from devtools.services import free_port, start_redis
 from jobs import bulk_publish, dispatch
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
-from jobs.schedule.kinds import Every
+from jobs.schedule.kinds import At, Every
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import (
     FLOWER_AUTH,
@@ -32,7 +35,6 @@ from tests.acceptance.conftest import (
     flower_json,
     wait_for,
 )
-from tests.acceptance.test_beats_cluster import start_redis
 from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks published here)
 
 pytestmark = pytest.mark.acceptance
@@ -113,3 +115,149 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker) -> None:
     twin_b = in_bulk[f"jobrun-{runs[4].pk}"]
     assert twin_b[0]["shadow"] == f"{broker.kind}-twin-b"
     assert json.loads(twin_b[1])[1]["job"] == f"{broker.kind}-twin-b"
+
+
+# Maintenance often, and a run re-published 2 s after its message went out unanswered.
+BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
+
+
+def _executions(log: Path) -> Counter[int]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    return Counter(int(line.split()[0]) for line in lines if line)
+
+
+def _burst_jobs(count: int, queue: str, log: Path, slot: datetime, prefix: str) -> list[Job]:
+    """``count`` one-off jobs due at ``slot``, made through the services (so the beats pick
+    them up as any edit)."""
+    jobs = []
+    with transaction.atomic():
+        for n in range(count):
+            definition = JobDefinition(
+                name=f"{prefix}-{n}", task="tests.record", schedule=At(slot),
+                kwargs={"log": str(log)}, policies={"queue": queue},
+            )  # fmt: skip
+            jobs.append(create_job(definition, actor=TESTS))
+    return jobs
+
+
+def _all_done(jobs: list[Job]) -> bool:
+    runs = JobRun.objects.filter(job__in=jobs)
+    return runs.count() == len(jobs) and not runs.exclude(status=RunStatus.SUCCEEDED).exists()
+
+
+def _assert_each_ran_once(jobs: list[Job], log: Path) -> list[JobRun]:
+    runs = list(JobRun.objects.filter(job__in=jobs))
+    assert len(runs) == len(jobs), "one run per job's slot"
+    assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
+    executions = _executions(log)
+    assert set(executions) == {run.pk for run in runs}
+    assert set(executions.values()) == {1}, "a run executed twice"
+    return runs
+
+
+def test_a_burst_runs_once_and_flower_and_the_worker_see_it_as_usual(
+    cluster: Cluster, broker: Broker, tmp_path: Path
+) -> None:
+    """150 slots due at once (a burst: more than ``dispatch.BURST_OVER``) with two beats, a
+    worker and Flower: each run executes once, the worker names it by its job, and Flower lists
+    each as a SUCCESS under the job's name."""
+    cluster.use_broker(broker.url)
+    port = free_port()
+    cluster.start_flower(
+        "flower", port, flower_state_options(tmp_path / "flower.db"),
+        {"FLOWER_BASIC_AUTH": FLOWER_AUTH},
+    )  # fmt: skip
+    cluster.start_worker("node-a", concurrency=4)
+    for name in ("beat-1", "beat-2"):
+        cluster.start_beat(name, env=BEAT_ENV)
+    wait_for(lambda: flower_hears(port, "node-a"), 90, "Flower receiving the worker's events")
+    wait_for(
+        lambda: all("beat loaded" in cluster.log_of(name) for name in ("beat-1", "beat-2")),
+        90,
+        "both beats loaded",
+    )
+    log = tmp_path / "executions.log"
+    slot = timezone.now().replace(microsecond=0) + timedelta(seconds=6)
+    jobs = _burst_jobs(150, cluster.queue, log, slot, "burst")
+
+    wait_for(lambda: _all_done(jobs), 120, "every run of the burst succeeded")
+    runs = _assert_each_ran_once(jobs, log)
+    fired = [
+        line
+        for name in ("beat-1", "beat-2")
+        for line in cluster.log_of(name).splitlines()
+        if "beat fired 150 slot(s)" in line
+    ]
+    assert fired, "no beat fired the 150 slots in one tick (no burst)"
+    worker_log = cluster.log_of("node-a")
+    for run in runs:
+        assert f"Task {run.job.name}[jobrun-{run.pk}] received" in worker_log, run.job.name
+
+    def flower_has_all() -> bool:
+        tasks = flower_json(port, "/api/tasks?limit=1000")
+        return isinstance(tasks, dict) and all(
+            tasks.get(f"jobrun-{run.pk}", {}).get("state") == "SUCCESS" for run in runs
+        )
+
+    wait_for(flower_has_all, 60, "Flower listing every run of the burst as a SUCCESS")
+    tasks = flower_json(port, "/api/tasks?limit=1000")
+    assert {tasks[f"jobrun-{run.pk}"]["name"] for run in runs} == {job.name for job in jobs}
+
+
+def test_a_redis_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path) -> None:
+    """2,000 slots due at once from two beats into a Redis of the test's own. Once part of the
+    burst is in it, the beats are frozen (SIGSTOP) mid-burst, Redis is killed (it keeps
+    nothing), the beats go on for a second while it is down (their publishes fail), and it
+    starts again; only then a worker starts. Every run executes, once: maintenance re-publishes
+    what the kill lost and what could not be sent."""
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    port = free_port()
+    server = start_redis(folder, port)
+    beats = ("beat-1", "beat-2")
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        cluster.use_broker(url)
+        for name in beats:
+            cluster.start_beat(name, env=BEAT_ENV)
+        wait_for(
+            lambda: all("beat loaded" in cluster.log_of(name) for name in beats),
+            90,
+            "both beats loaded",
+        )
+        log = tmp_path / "executions.log"
+        slot = timezone.now().replace(microsecond=0) + timedelta(seconds=8)
+        # In bulk, as the beat benchmark makes them (the services take ~20 ms a job).
+        create_jobs(
+            2_000, queue=cluster.queue, task="tests.record", every=lambda n: 3600, anchor=slot,
+            prefix="killed", kwargs=lambda n: {"log": str(log)},
+        )  # fmt: skip
+        jobs = list(Job.objects.filter(name__startswith="killed-"))
+        assert timezone.now() < slot - timedelta(seconds=2), "jobs made too slowly for the slot"
+
+        client = redis.Redis.from_url(url)
+        wait_for(
+            lambda: client.llen(cluster.queue) >= 500, 60, "part of the burst in Redis", poll=0.002
+        )
+        for name in beats:
+            cluster.kill(name, signal.SIGSTOP)
+        in_redis = client.llen(cluster.queue)
+        assert in_redis < len(jobs), "the whole burst was out before the beats froze"
+        client.close()
+        server.kill()
+        server.wait()
+        for name in beats:
+            cluster.kill(name, signal.SIGCONT)
+        time.sleep(1)  # the outage: the beats' next publishes meet no Redis
+        server = start_redis(folder, port)
+        cluster.start_worker("worker", concurrency=4)
+
+        wait_for(lambda: _all_done(jobs), 180, "every run of the burst succeeded")
+        runs = _assert_each_ran_once(jobs, log)
+        # Some runs went out twice (their first message died with Redis): maintenance's.
+        assert any(run.dispatched_at and run.dispatched_at > slot + timedelta(seconds=1)
+                   for run in runs), "no run was re-published"  # fmt: skip
+    finally:
+        cluster.stop_all()
+        server.kill()
+        server.wait()
