@@ -85,6 +85,11 @@ def wire_priority(priority: int) -> int:
     return priority
 
 
+def message_kwargs(job: Job, run_id: int, scheduled_for: datetime) -> dict[str, Any]:
+    """What a run's message asks of the worker (``jobs.guard.runner`` reads it)."""
+    return {"run_id": run_id, "job": job.name, "slot": scheduled_for.isoformat()}
+
+
 def publish(
     job: Job,
     run_id: int,
@@ -128,7 +133,7 @@ def publish(
         options["eta"] = eta
     current_app.send_task(
         message_task,
-        kwargs={"run_id": run_id, "job": job.name, "slot": scheduled_for.isoformat()},
+        kwargs=message_kwargs(job, run_id, scheduled_for),
         **options,
     )
 

@@ -1,0 +1,331 @@
+"""Bursts: N slots due at the same instant, from the slot until the last message is in the broker.
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/jobs \\
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/4 \\
+        .venv/bin/python -m bench.burst_bench [--sizes 10000,100000] [--rounds 3]
+
+In one run, on the same jobs (every one due at the same slot, one queue):
+
+- **per run** (the path before bulk publishing, ``JOBS_BULK_PUBLISH=0``): one beat's tick
+  inserts the slots 500 at a time and sends each run with ``send_task``;
+- **bulk** (the default): the same tick, each chunk's messages made from one template per job
+  shape and sent in one pipelined round trip (``jobs.bulk_publish``);
+- **floor**: the bare pipelined ``LPUSH`` of the very messages the bulk tick sent (read back from
+  Redis), 500 per round trip: what sending them costs with nothing else to do;
+- **three beats**: three real ``celery beat`` processes sharing the burst (bulk), from the slot
+  until the last message is in the broker; each slot must have one run and one message.
+
+On RabbitMQ (``CELERY_BROKER_URL=amqp://...``) the floor is a bare ``basic_publish`` of the same
+messages on a channel in confirm mode, the confirms awaited once per 500.
+
+It works in its own database next to ``DATABASE_URL``'s (created afresh, dropped at the end) and
+on a queue of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.beat_bench import _ours, _process_env, _Processes, _quiet, _wait, _wipe, create_jobs
+from bench.databases import fresh_database, recreate
+from bench.measure import percentile
+
+CHUNK = 500
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "p99": percentile(values, 99), "n": len(values)}
+
+
+class _Queue:
+    """The bench's queue on the broker: its length, its messages, emptied."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.url, self.name = url, name
+        self.redis = url.split(":", 1)[0].startswith(("redis", "rediss"))
+        if self.redis:
+            import redis
+
+            self.client = redis.Redis.from_url(url)
+
+    def length(self) -> int:
+        if self.redis:
+            return int(self.client.llen(self.name))
+        from kombu import Connection
+
+        with Connection(self.url) as conn:
+            _name, messages, _consumers = conn.default_channel.queue_declare(
+                self.name, passive=True
+            )
+            return int(messages)
+
+    def take_all(self) -> list[Any]:
+        """Every message, removed (Redis: the raw list items; RabbitMQ: amqp messages)."""
+        if self.redis:
+            items = list(self.client.lrange(self.name, 0, -1))
+            self.client.delete(self.name)
+            return items
+        from celery import current_app
+
+        taken = []
+        with current_app.connection_for_read(self.url) as conn:
+            channel: Any = conn.default_channel
+            while (message := channel.basic_get(self.name, no_ack=True)) is not None:
+                taken.append(message)
+        return taken
+
+    def empty(self) -> None:
+        if self.redis:
+            self.client.delete(self.name)
+        else:
+            self.take_all()
+
+
+def _set_bulk(on: bool) -> None:
+    from django.conf import settings
+
+    from jobs.conf import get_conf
+
+    settings.JOBS_BULK_PUBLISH = on
+    get_conf.cache_clear()
+
+
+def _due_at(anchor: datetime) -> None:
+    """Every job's first slot moved to ``anchor`` (the schedule change log tells the beats)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE jobs_jobrun RESTART IDENTITY CASCADE")
+        cursor.execute("UPDATE django_celery_beat_periodictask SET start_time = %s", [anchor])
+
+
+def one_tick(count: int, queue: _Queue, bulk: bool) -> float:
+    """One in-process beat: its tick at the slot, until every message is in the broker."""
+    from django.utils import timezone
+
+    from jobs.models import JobRun
+
+    _set_bulk(bulk)
+    anchor = timezone.now().replace(microsecond=0) + timedelta(seconds=3 + count // 10_000)
+    _due_at(anchor)
+    scheduler = _ours()
+    assert timezone.now() < anchor, "the scheduler started after the slot: raise the margin"
+    while timezone.now() < anchor:
+        time.sleep(0.001)
+    began = time.perf_counter()
+    scheduler.tick_at(timezone.now())
+    elapsed = time.perf_counter() - began
+    created = JobRun.objects.filter(scheduled_for=anchor).count()
+    queued = queue.length()
+    assert created == count and queued == count, (created, queued)
+    return elapsed
+
+
+def floor(messages: list[Any], queue: _Queue) -> float:
+    """The bare send of ``messages``: pipelined ``LPUSH`` (Redis) or confirmed ``basic_publish``
+    (RabbitMQ), ``CHUNK`` per round trip."""
+    if queue.redis:
+        began = time.perf_counter()
+        for start in range(0, len(messages), CHUNK):
+            pipe = queue.client.pipeline(transaction=False)
+            for item in messages[start : start + CHUNK]:
+                pipe.lpush(queue.name, item)
+            pipe.execute()
+        elapsed = time.perf_counter() - began
+    else:
+        from kombu import Connection
+
+        with Connection(queue.url) as conn:
+            channel: Any = conn.channel()
+            channel.confirm_select()
+            began = time.perf_counter()
+            sent = 0
+            for start in range(0, len(messages), CHUNK):
+                for message in messages[start : start + CHUNK]:
+                    channel.basic_publish(message, exchange="", routing_key=queue.name)
+                    sent += 1
+                _await_confirms(channel, sent)
+            elapsed = time.perf_counter() - began
+            channel.close()
+    assert queue.length() == len(messages)
+    queue.empty()
+    return elapsed
+
+
+def _await_confirms(channel: Any, last: int) -> None:
+    from amqp import spec
+
+    acked = {"upto": 0}
+
+    def on_ack(tag: int, multiple: bool) -> None:
+        acked["upto"] = max(acked["upto"], tag)
+
+    channel.events["basic_ack"].add(on_ack)
+    try:
+        while acked["upto"] < last:
+            channel.wait([spec.Basic.Ack, spec.Basic.Nack], timeout=30)
+    finally:
+        channel.events["basic_ack"].discard(on_ack)
+
+
+def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dict[str, Any]:
+    name = f"bench-burst-{uuid.uuid4().hex[:8]}"
+    queue = _Queue(broker, name)
+    _wipe()
+    began = time.perf_counter()
+    create_jobs(count, queue=name, every=lambda n: 3600, anchor=datetime(2100, 1, 1, tzinfo=UTC))
+    print(f"  {count} jobs created in {time.perf_counter() - began:.1f} s", flush=True)
+    result: dict[str, Any] = {"slots": count}
+    try:
+        per_run, bulk, floors = [], [], []
+        for n in range(max(rounds, per_run_rounds)):
+            if n < per_run_rounds:
+                per_run.append(one_tick(count, queue, bulk=False))
+                queue.empty()
+                print(f"  per run: {per_run[-1]:.2f} s", flush=True)
+            if n < rounds:
+                bulk.append(one_tick(count, queue, bulk=True))
+                messages = queue.take_all()
+                print(f"  bulk:    {bulk[-1]:.2f} s", flush=True)
+                floors.append(floor(messages, queue))
+                print(f"  floor:   {floors[-1]:.2f} s", flush=True)
+        result.update(per_run=_summary(per_run), bulk=_summary(bulk), floor=_summary(floors))
+    finally:
+        _set_bulk(True)
+        queue.empty()
+    return result
+
+
+def three_beats(count: int, database_url: str, broker: str, tmp: Path) -> dict[str, Any]:
+    """Three ``celery beat`` processes, bulk publishing: slot → last message in the broker."""
+    from django.utils import timezone
+
+    from jobs.models import JobRun
+
+    name = f"bench-burst-{uuid.uuid4().hex[:8]}"
+    queue = _Queue(broker, name)
+    _wipe()
+    create_jobs(count, queue=name, every=lambda n: 3600, anchor=datetime(2100, 1, 1, tzinfo=UTC))
+    processes = _Processes(_process_env(database_url), tmp)
+    beats = [f"burst-beat-{n}" for n in range(3)]
+    try:
+        for beat in beats:
+            processes.start(beat, "beat", "-l", "info")
+        _wait(lambda: all("beat loaded" in processes.log(b) for b in beats), 300, "beats started")
+        anchor = timezone.now().replace(microsecond=0) + timedelta(seconds=5 + count // 10_000)
+        _due_at(anchor)
+        while timezone.now() < anchor:
+            time.sleep(0.002)
+        while queue.length() < count and timezone.now() < anchor + timedelta(seconds=300):
+            time.sleep(0.002)
+        elapsed = (timezone.now() - anchor).total_seconds()
+        runs = JobRun.objects.filter(scheduled_for=anchor)
+        assert runs.count() == count, runs.count()
+        assert queue.length() == count, "a slot published twice"
+        shares = [
+            sum(
+                int(x)
+                for x in re.findall(
+                    r"beat fired \d+ slot\(s\): (\d+) created here", processes.log(b)
+                )
+            )
+            for b in beats
+        ]
+    finally:
+        processes.stop_all()
+        queue.empty()
+    print(
+        f"  3 beats: {count} slots out in {elapsed:.2f} s; runs made per beat {shares}", flush=True
+    )
+    return {"slots": count, "seconds": elapsed, "shares": shares}
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        "| slots due at once | per run (send_task) | bulk | floor (bare send) "
+        "| bulk / floor | per run / bulk | 3 beats, bulk (runs made per beat) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    beats = {row["slots"]: row for row in results["beats"]}
+    for row in results["in_process"]:
+        per_run, bulk, bare = row["per_run"], row["bulk"], row["floor"]
+        three = beats.get(row["slots"])
+        shares = ", ".join(map(str, three["shares"])) if three else ""
+        beats_cell = f"{three['seconds']:.2f} s ({shares})" if three else "-"
+        lines.append(
+            f"| {row['slots']:,} | {per_run['median']:.2f} s ({per_run['p99']:.2f} s) "
+            f"| {bulk['median']:.2f} s ({bulk['p99']:.2f} s) "
+            f"| {bare['median']:.2f} s ({bare['p99']:.2f} s) "
+            f"| {bulk['median'] / bare['median']:.1f}x | {per_run['median'] / bulk['median']:.1f}x "
+            f"| {beats_cell} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.burst_bench")
+    parser.add_argument("--sizes", default="10000,100000", help="slots due at once")
+    parser.add_argument("--rounds", type=int, default=3, help="bulk and floor rounds per size")
+    parser.add_argument(
+        "--per-run-rounds", type=int, default=3, help="per-run rounds (1 above 10k: slow)"
+    )
+    parser.add_argument("--skip-processes", action="store_true", help="no three-beat run")
+    args = parser.parse_args(argv)
+
+    url = os.environ.get("DATABASE_URL")
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if not url or not url.startswith("postgres") or not broker:
+        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
+        return 2
+    name, bench_url, admin = fresh_database(url, "_burst_bench")
+    os.environ.update(
+        DATABASE_URL=bench_url,
+        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
+        DJANGO_SETTINGS_MODULE="project.settings",
+        JOBS_MODULES="bench.beat_bench",
+    )
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    sizes = [int(size) for size in args.sizes.split(",") if size]
+    results: dict[str, Any] = {"in_process": [], "beats": []}
+    try:
+        call_command("migrate", verbosity=0)
+        with _quiet():
+            for size in sizes:
+                print(f"{size} slots due at once, one beat in-process", flush=True)
+                per_run_rounds = args.per_run_rounds if size <= 10_000 else 1
+                results["in_process"].append(in_process(size, args.rounds, per_run_rounds, broker))
+        if not args.skip_processes:
+            with tempfile.TemporaryDirectory(prefix="burst-bench-") as tmp:
+                for size in sizes:
+                    print(f"{size} slots due at once, 3 beat processes", flush=True)
+                    results["beats"].append(three_beats(size, bench_url, broker, Path(tmp)))
+    finally:
+        connections.close_all()
+        recreate(admin, name, create=False)
+
+    print()
+    scheme = broker.split(":", 1)[0]
+    print(
+        f"burst benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, {scheme}"
+    )
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
