@@ -64,9 +64,8 @@ class _Queue:
         from kombu import Connection
 
         with Connection(self.url) as conn:
-            _name, messages, _consumers = conn.default_channel.queue_declare(
-                self.name, passive=True
-            )
+            channel: Any = conn.default_channel
+            _name, messages, _consumers = channel.queue_declare(self.name, passive=True)
             return int(messages)
 
     def take_all(self) -> list[Any]:
