@@ -15,7 +15,14 @@ nodes, J continuous jobs each holding its lease, spread over the nodes):
   (N x per-node rate x median), which for the snapshot grows as N x (J + N);
 - a simulation: ``--threads`` threads, each a node with its own connection issuing its real
   statements at their real rates for ``--seconds``, reporting the statements per second the
-  server sustained and how late the nodes' supervision ticks ran (a tick is due every second).
+  server sustained and how late the nodes' supervision ticks ran (a tick is due every second);
+- takeover (``--takeover-jobs``): the same threads, each now a supervisor in miniature: each
+  tick it reads the real snapshot, computes the real plan (``jobs.continuous.placement``),
+  acquires with the real statement the free jobs planned for it and renews what it holds,
+  waking early at the lapses the snapshot announced, as ``jobs.continuous.supervisor`` does.
+  Once the cluster is settled a tenth of the nodes stop dead (no more statements: a SIGKILL);
+  each of their jobs is a sample: the time until a surviving node holds its lease. The bound is
+  the lease's ttl (3 heartbeats) plus one supervision period.
 """
 
 from __future__ import annotations
@@ -201,6 +208,119 @@ def _simulate(url: str, nodes: int, jobs: int, seconds: float, snapshot_sql: str
     )
 
 
+def _takeover(url: str, nodes: int, jobs: int, snapshot_sql: str) -> str:
+    """A tenth of ``nodes`` simulated supervisors die at once; how long until their ``jobs``
+    (of ``jobs`` continuous jobs in all) are held by the others."""
+    from jobs.continuous.placement import plan
+    from jobs.continuous.supervisor import effective_ttl, node_of
+    from jobs.guard.lease import _ACQUIRE_PG, _RENEW_PG
+
+    ttl = effective_ttl(LEASE_TTL, HEARTBEAT)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE jobs_lease")  # every job free: the nodes spread them first
+    stop = threading.Event()
+    dead = threading.Event()
+    doomed = set(range(0, nodes, 10))  # every tenth node
+    taken: dict[str, tuple[str, float]] = {}  # key -> (node, monotonic time it acquired)
+    held_by: dict[str, str] = {}  # key -> node, before the kill
+    statements = [0]
+    lock = threading.Lock()
+
+    def node(index: int) -> None:
+        name = f"node-{index + 1}"
+        holder = f"{name}:1:continuous"
+        held: dict[str, tuple[int, float]] = {}  # key -> (token, monotonic renewal due)
+        with psycopg.connect(url, autocommit=True) as conn:
+            next_beat = time.monotonic()
+            wake = time.monotonic() + index / nodes
+            while not stop.is_set():
+                if index in doomed and dead.is_set():
+                    return  # stopped dead: no statement more, its leases lapse
+                now = time.monotonic()
+                if now < wake:
+                    time.sleep(min(wake - now, 0.05))
+                    continue
+                if now >= next_beat:
+                    conn.execute(
+                        "UPDATE jobs_node SET last_heartbeat = now() WHERE name = %s", [name]
+                    )
+                    next_beat += HEARTBEAT
+                for key, (token, due) in list(held.items()):
+                    if now >= due:
+                        renewed = conn.execute(
+                            _RENEW_PG, {"key": key, "token": token, "ttl": ttl}
+                        ).fetchone()
+                        if renewed is None:
+                            del held[key]
+                        else:
+                            held[key] = (token, now + ttl / 3)
+                snapshot = conn.execute(snapshot_sql, {"keys": []}).fetchone()
+                assert snapshot is not None
+                with lock:
+                    statements[0] += 1
+                keys = {f"job:{j[1]}": j[3] for j in snapshot[0]}
+                leases = {key: (h, float(left)) for key, h, left in snapshot[1]}
+                live = {n: (frozenset(q or ()), float(left)) for n, q, left in snapshot[2]}
+                live[name] = (frozenset(["default"]), ttl)
+                desired = plan(
+                    keys,
+                    {n: q for n, (q, _) in live.items()},
+                    {key: node_of(h) for key, (h, _) in leases.items()},
+                )
+                wake_in = 1.0
+                for key, owner in desired.items():
+                    if owner != name or key in held:
+                        continue
+                    if key in leases:
+                        wake_in = min(wake_in, leases[key][1] + 0.02)
+                        continue
+                    got = conn.execute(_ACQUIRE_PG, {"key": key, "holder": holder, "ttl": ttl})
+                    acquired = got.fetchone()
+                    if acquired is not None:
+                        held[key] = (int(acquired[0]), time.monotonic() + ttl / 3)
+                        with lock:
+                            taken[key] = (name, time.monotonic())
+                for other, (_, dead_in) in live.items():
+                    if other != name:
+                        wake_in = min(wake_in, dead_in + 0.02)
+                wake = max(now + 0.02, now + wake_in)
+
+    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(nodes)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 120
+    while len(taken) < jobs and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3 * ttl / 3 + 2)  # settled: a few renewals, the plan balanced
+    with lock:
+        held_by = {key: owner for key, (owner, _) in taken.items()}
+        before = statements[0]
+    doomed_names = {f"node-{i + 1}" for i in doomed}
+    orphans = {key for key, owner in held_by.items() if owner in doomed_names}
+    killed_at = time.monotonic()
+    dead.set()
+    deadline = killed_at + 3 * ttl + 10
+    while time.monotonic() < deadline:
+        with lock:
+            moved = {k for k in orphans if taken[k][0] not in doomed_names}
+        if moved == orphans:
+            break
+        time.sleep(0.05)
+    elapsed = time.monotonic() - killed_at
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    with lock:
+        times = [taken[k][1] - killed_at for k in orphans if taken[k][0] not in doomed_names]
+        rate = (statements[0] - before) / elapsed
+    missing = len(orphans) - len(times)
+    return (
+        f"| {nodes} nodes, {jobs} jobs, {len(doomed)} killed | {len(orphans)} | "
+        f"{statistics.median(times):.2f} s | {percentile(times, 99):.2f} s | {max(times):.2f} s "
+        f"| {ttl + 1:.0f} s | {rate:,.0f} snapshots/s | {missing} |"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.nodes_bench")
     parser.add_argument("--nodes", default="100,300,1000", help="cluster sizes to time")
@@ -209,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     # Each simulated node holds a connection: stay under the server's max_connections (100).
     parser.add_argument("--threads", type=int, default=80, help="simulated nodes (0: none)")
     parser.add_argument("--seconds", type=float, default=20.0, help="simulation length")
+    parser.add_argument(
+        "--takeover-jobs", default="1000", help="jobs of the takeover runs (empty: none)"
+    )
     args = parser.parse_args(argv)
 
     url = os.environ.get("DATABASE_URL")
@@ -229,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes: list[Size] = []
     simulated: list[str] = []
+    takeovers: list[str] = []
     try:
         call_command("migrate", verbosity=0)
         connections.close_all()
@@ -240,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.threads:
                 _fill(bench_url, args.threads, jobs)
                 simulated.append(_simulate(bench_url, args.threads, jobs, args.seconds, _SNAPSHOT))
+        for jobs in (int(j) for j in args.takeover_jobs.split(",") if j):
+            _fill(bench_url, args.threads, jobs)
+            takeovers.append(_takeover(bench_url, args.threads, jobs, _SNAPSHOT))
+            print(f"takeover with {args.threads} nodes, {jobs} jobs", flush=True)
     finally:
         connections.close_all()
         recreate(admin, name, create=False)
@@ -259,6 +387,13 @@ def main(argv: list[str] | None = None) -> int:
         print("| simulation | sustained | supervision ticks |")
         print("| --- | --- | --- |")
         for line in simulated:
+            print(line)
+    if takeovers:
+        print()
+        print("| takeover | jobs of the killed | median | p99 | max | bound (ttl + 1 s) "
+              "| during it | not taken |")  # fmt: skip
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for line in takeovers:
             print(line)
     return 0
 

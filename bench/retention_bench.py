@@ -100,7 +100,7 @@ def _pruner(keep_for: timedelta, every: float, stop: threading.Event, took: list
     from jobs.models import TERMINAL_STATUSES
     from jobs.upkeep import retention
 
-    policy = {status: keep_for for status in TERMINAL_STATUSES}
+    policy: dict[str, timedelta | None] = {str(status): keep_for for status in TERMINAL_STATUSES}
     try:
         while not stop.wait(every):
             started = time.perf_counter()
