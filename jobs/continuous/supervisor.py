@@ -41,9 +41,15 @@ SHUTDOWN_GRACE = 10.0
 SWEEP_EVERY = 30.0
 # Wake this long after a lease lapses or a node dies, so the database agrees it has.
 WAKE_MARGIN = 0.02
+# Between the ticks that read the whole snapshot, a tick reads only the cluster version
+# (migration 0023), unless a deadline the last snapshot announced came; but the whole snapshot
+# at least this often, as a backstop for a change no version bump announces (rows written
+# around the app).
+FULL_LOOK_AT_LEAST_EVERY = 10.0
 
-# One statement per tick. Leases are matched on each job's default key (Job.lock_key, "job:"
-# + name) plus the keys of jobs whose function derives its own lock key (passed in).
+# The whole snapshot, one statement. Leases are matched on each job's default key
+# (Job.lock_key, "job:" + name) plus the keys of jobs whose function derives its own lock key
+# (passed in). The cluster version is read in the same statement, so it is the snapshot's.
 _SNAPSHOT = f"""
 SELECT
   COALESCE((SELECT json_agg(json_build_array(j.id, j.name, j.task, j.queue, j.lease_ttl,
@@ -60,8 +66,11 @@ SELECT
                 extract(epoch FROM n.last_heartbeat
                         + make_interval(secs => {MISSED_HEARTBEATS} * n.heartbeat_interval)
                         - now())))
-              FROM jobs_node AS n WHERE {LIVE_NODE_PG}), '[]'::json)
+              FROM jobs_node AS n WHERE {LIVE_NODE_PG}), '[]'::json),
+  (SELECT version FROM jobs_cluster_version WHERE id = 1)
 """
+
+_VERSION = "SELECT version FROM jobs_cluster_version WHERE id = 1"
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,8 @@ class Snapshot:
     nodes: dict[str, tuple[frozenset[str], float]]
     # Monotonic time the snapshot was read.
     read_at: float
+    # The cluster version it shows (None if the version row is missing: always look again).
+    version: int | None = None
 
 
 def effective_ttl(lease_ttl: float, heartbeat: float) -> float:
@@ -130,7 +141,16 @@ def read_snapshot(extra_keys: Sequence[str] = ()) -> Snapshot:
         name: (frozenset(_json(queues) or ()), float(dead_in))
         for name, queues, dead_in in _json(row[2])
     }
-    return Snapshot(jobs=jobs, leases=leases, nodes=nodes, read_at=read_at)
+    version = None if row[3] is None else int(row[3])
+    return Snapshot(jobs=jobs, leases=leases, nodes=nodes, read_at=read_at, version=version)
+
+
+def read_version() -> int | None:
+    """The cluster version: changed by every write a snapshot would show (migration 0023)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_VERSION)
+        row = cursor.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 @dataclass(frozen=True)
@@ -325,6 +345,12 @@ class Supervisor:
         self._extra_keys: set[str] = set()
         self._warned: set[str] = set()
         self._next_sweep = time.monotonic() + SWEEP_EVERY
+        # What the last full look saw, and until when nothing it knows of falls due.
+        self._seen_version: int | None = None
+        self._seen_queues: frozenset[str] = frozenset()
+        self._quiet_until = 0.0
+        self._changed_here = False  # a tenure ended: look at the whole cluster again
+        self.full_looks = 0  # whole snapshots read (tests, benchmarks)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="continuous-supervisor", daemon=True)
@@ -397,10 +423,27 @@ class Supervisor:
     # --- one tick -----------------------------------------------------------------------------
 
     def tick(self) -> float:
-        """Look at the cluster once and act; returns the seconds until the next look."""
-        snap = read_snapshot(sorted(self._extra_keys))
-        now = snap.read_at
+        """Look at the cluster once and act; returns the seconds until the next look.
+
+        The whole snapshot is read only when something may have changed: the cluster version
+        moved (a job edited, a continuous lease taken or given back, a node joined or left),
+        a tenure of this node ended, this node's queues changed, a lapse, a death or a fallback
+        the last snapshot announced fell due, or ``FULL_LOOK_AT_LEAST_EVERY`` passed. Otherwise
+        a tick is one read of the version row."""
         my_queues = frozenset(self._queues())
+        started = time.monotonic()
+        if (
+            started < self._quiet_until
+            and not self._changed_here
+            and my_queues == self._seen_queues
+            and self._seen_version is not None
+            and read_version() == self._seen_version
+        ):
+            return max(WAKE_MARGIN, min(self.period, self._quiet_until - started))
+        self._changed_here = False
+        snap = read_snapshot(sorted(self._extra_keys))
+        self.full_looks += 1
+        now = snap.read_at
         jobs = self._keyed(snap.jobs)
 
         nodes = {name: queues for name, (queues, _) in snap.nodes.items()}
@@ -414,7 +457,8 @@ class Supervisor:
             if not tenure.stopping:
                 self._stop_if_unwanted(key, tenure, jobs, my_queues, desired)
 
-        wake_in = self.period
+        # Until the next deadline this snapshot announces (uncapped: quiet ticks wait for it).
+        wake_in = FULL_LOOK_AT_LEAST_EVERY
         for key, (job, spec) in jobs.items():
             if key in tenures_now or spec is None or job.queue not in my_queues:
                 continue
@@ -440,7 +484,10 @@ class Supervisor:
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY
             self._sweep()
-        return max(WAKE_MARGIN, wake_in - (time.monotonic() - now))
+        wake_in = min(wake_in, max(0.0, self._next_sweep - now))
+        self._seen_version, self._seen_queues = snap.version, my_queues
+        self._quiet_until = now + wake_in
+        return max(WAKE_MARGIN, min(self.period, wake_in) - (time.monotonic() - now))
 
     def _keyed(
         self, jobs: list[ContinuousJob]
@@ -537,6 +584,7 @@ class Supervisor:
         with self._lock:
             if self._tenures.get(tenure.key) is tenure:
                 del self._tenures[tenure.key]
+        self._changed_here = True
         self._wake.set()
 
     def _sweep(self) -> None:

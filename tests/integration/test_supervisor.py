@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 import tests.support.jobs_continuous  # noqa: F401  (registers the functions)
 from jobs import services
 from jobs.audit import Actor
-from jobs.continuous import nodes, tenures
+from jobs.continuous import nodes, supervisor, tenures
 from jobs.continuous.nodes import NodeInfo
 from jobs.continuous.supervisor import Supervisor, node_of
 from jobs.guard import lease
@@ -120,16 +120,32 @@ def test_two_nodes_split_the_jobs_and_each_tenure_is_one_running_record(
     assert fenced_token_regressions(read_events(log)) == []
 
 
-def test_a_steady_tick_is_one_query(
+def test_a_steady_tick_reads_one_row_and_a_change_the_whole_snapshot(
     make_continuous: Callable[..., Job], supervisors: Callable[..., Supervisor]
 ) -> None:
     make_continuous("c0")
     a = supervisors("a@h")
     a.tick()
     assert len(a.held()) == 1
+    a.tick()  # its own acquisition moved the cluster version: it looks once more
+    looks = a.full_looks
     with CaptureQueriesContext(connection) as queries:
         a.tick()
-    assert len(queries) == 1
+    assert [q["sql"] for q in queries] == [supervisor._VERSION]
+    assert a.full_looks == looks
+
+    # A job added elsewhere moves the version: the next tick reads the whole snapshot and
+    # starts it.
+    make_continuous("c1")
+    a.tick()
+    assert a.full_looks == looks + 1
+    assert len(a.held()) == 2
+    # A node joining moves it too (it is the nodes' rebalancing signal).
+    a.tick()
+    looks = a.full_looks
+    supervisors("b@h")
+    a.tick()
+    assert a.full_looks == looks + 1
 
 
 def test_pause_stops_the_tenure_cancelled_and_resume_starts_a_new_one(
