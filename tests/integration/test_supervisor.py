@@ -19,9 +19,9 @@ from django.test.utils import CaptureQueriesContext
 import tests.support.jobs_continuous  # noqa: F401  (registers the functions)
 from jobs import services
 from jobs.audit import Actor
-from jobs.continuous import nodes, supervisor, tenures
+from jobs.continuous import nodes, tenures
 from jobs.continuous.nodes import NodeInfo
-from jobs.continuous.supervisor import Supervisor, node_of
+from jobs.continuous.supervisor import _VERSION, Supervisor, node_of
 from jobs.guard import lease
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from jobs.services import JobDefinition, create_job
@@ -131,7 +131,7 @@ def test_a_steady_tick_reads_one_row_and_a_change_the_whole_snapshot(
     looks = a.full_looks
     with CaptureQueriesContext(connection) as queries:
         a.tick()
-    assert [q["sql"] for q in queries] == [supervisor._VERSION]
+    assert [q["sql"] for q in queries] == [_VERSION]
     assert a.full_looks == looks
 
     # A job added elsewhere moves the version: the next tick reads the whole snapshot and
