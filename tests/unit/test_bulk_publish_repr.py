@@ -1,0 +1,32 @@
+"""A burst's ``kwargsrepr`` header is composed from cached parts (``jobs.bulk_publish``) instead of
+Celery's ``saferepr`` of the whole: for every job name a job may have and every slot, the two
+must be the same string, or a bulk message would differ from ``send_task``'s."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from celery.utils.saferepr import saferepr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.bulk_publish import _kwargs_repr
+from jobs.models import Job
+
+NAME_LIMIT = Job._meta.get_field("name").max_length
+CELERY_REPR_LIMIT = 1024  # celery.app.amqp.AMQP.kwargsrepr_maxsize
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    run_id=st.integers(min_value=1, max_value=2**63 - 1),
+    name=st.text(min_size=1, max_size=NAME_LIMIT),
+    seconds=st.integers(min_value=0, max_value=10**9),
+    microseconds=st.integers(min_value=0, max_value=999_999),
+)
+def test_the_composed_repr_is_celerys(
+    run_id: int, name: str, seconds: int, microseconds: int
+) -> None:
+    slot = datetime(2000, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds, microseconds=microseconds)
+    kwargs = {"run_id": run_id, "job": name, "slot": slot.isoformat()}
+    assert _kwargs_repr(kwargs) == saferepr(kwargs, CELERY_REPR_LIMIT)
