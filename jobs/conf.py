@@ -42,6 +42,7 @@ DEFAULTS: Mapping[str, object] = MappingProxyType(
         "JOBS_BEAT_STALE_AFTER": 30.0,
         "JOBS_RETENTION": RETENTION_DEFAULTS,
         "JOBS_RETENTION_INTERVAL": 3600.0,
+        "JOBS_RETENTION_VACUUM": True,
         "JOBS_ALERT_WEBHOOK_URL": "",
         "JOBS_ALERT_WEBHOOK_SECRET": "",
         "JOBS_ALERT_EMAILS": (),
@@ -108,6 +109,8 @@ class OpsConf:
     # Status → how long finished runs in it are kept; ``None``: forever.
     retention: Mapping[str, timedelta | None]
     retention_interval: float
+    # A pruning pass that deleted runs vacuums the run and lease tables (jobs.upkeep.retention).
+    retention_vacuum: bool = True
 
     def __post_init__(self) -> None:
         if self.beat_stale_after <= self.beat_heartbeat_interval:
@@ -158,6 +161,7 @@ def get_ops_conf() -> OpsConf:
             }
         ),
         retention_interval=float(_setting("JOBS_RETENTION_INTERVAL")),
+        retention_vacuum=bool(_setting("JOBS_RETENTION_VACUUM")),
     )
 
 

@@ -233,6 +233,8 @@ JOBS_RETENTION = {
 }
 # How often the maintenance loop prunes (seconds).
 JOBS_RETENTION_INTERVAL = env.float("JOBS_RETENTION_INTERVAL", default=3600.0, minimum=1.0)
+# A pruning pass that deleted runs vacuums the run and lease tables (jobs/upkeep/retention.py).
+JOBS_RETENTION_VACUUM = env.bool("JOBS_RETENTION_VACUUM", default=True)
 # "plain" lines, or "json": one JSON object per line, each line of a run carrying its run id,
 # job, slot, fencing token and node (jobs.logcontext).
 JOBS_LOG_FORMAT = env.str("JOBS_LOG_FORMAT", "plain") or "plain"

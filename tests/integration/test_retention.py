@@ -192,3 +192,42 @@ def test_retention_settings_are_read_as_durations() -> None:
     assert conf.retention["lost"] is None
     # A status the setting leaves out keeps its default (a project may set only some).
     assert conf.retention["failed"] == timedelta(days=30)
+
+
+def _vacuum_count() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'jobs_jobrun'")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_that_deleted_runs_vacuums_the_run_table(make_job: Callable[..., Job]) -> None:
+    """So that a steady stream of runs keeps the table's size whatever autovacuum does
+    (bench/retention_bench.py); not when set off, nor inside a transaction (where VACUUM
+    cannot run), nor after a pass that deleted nothing."""
+    job = make_job("pruned")
+    _run(job, RunStatus.SUCCEEDED, 40 * DAY)
+    before = _vacuum_count()
+    assert retention.prune().vacuumed is True
+    assert _vacuum_count() == before + 1
+
+    assert retention.prune().vacuumed is False  # nothing deleted
+    _run(job, RunStatus.SUCCEEDED, 40 * DAY)
+    with override_settings(JOBS_RETENTION_VACUUM=False):
+        get_ops_conf.cache_clear()
+        try:
+            result = retention.prune()
+        finally:
+            get_ops_conf.cache_clear()
+    assert result.total == 1 and result.vacuumed is False
+    assert _vacuum_count() == before + 1
+
+
+def test_inside_a_transaction_it_prunes_without_vacuuming(make_job: Callable[..., Job]) -> None:
+    job = make_job("in-atomic")
+    _run(job, RunStatus.SUCCEEDED, 40 * DAY)
+    result = retention.prune()
+    assert result.total == 1 and result.vacuumed is False
