@@ -44,7 +44,11 @@ from bench.databases import fresh_database, recreate
 from bench.measure import percentile
 
 HEARTBEAT = 5.0  # JOBS_NODE_HEARTBEAT's default
-LEASE_TTL = 30.0  # a continuous job's default lease ttl: renewed every ttl/3
+LEASE_TTL = 30.0  # a continuous job's default lease ttl; it lasts 3 heartbeats if shorter
+RENEW_EVERY = min(LEASE_TTL, 3 * HEARTBEAT) / 3  # renewed every third of its effective ttl
+# A settled cluster's nodes read the whole snapshot this often with supervision on change
+# (what the takeover simulation measures: its leases and nodes' deadlines 10-15 s ahead).
+SETTLED_SNAPSHOT_EVERY = 10.0
 
 
 @dataclass(frozen=True)
@@ -55,19 +59,29 @@ class Size:
     snapshot_kb: float
     heartbeat_ms: tuple[float, float]
     renew_ms: tuple[float, float]
+    version_ms: tuple[float, float]
 
     @property
     def per_node_rates(self) -> tuple[float, float, float]:
-        """Statements per second one node makes: snapshots, heartbeats, renewals."""
+        """Statements per second one node makes: snapshots, heartbeats, renewals (a lease
+        lasts 3 heartbeats, renewed every third of that)."""
         held = self.jobs / self.nodes
-        return 1.0, 1.0 / HEARTBEAT, held / (LEASE_TTL / 3)
+        return 1.0, 1.0 / HEARTBEAT, held / (RENEW_EVERY)
 
-    def projected(self) -> tuple[float, float]:
-        """The whole cluster's statements per second and database milliseconds per second."""
+    def projected(self, on_change: bool = False) -> tuple[float, float]:
+        """The whole cluster's statements per second and database milliseconds per second:
+        with the snapshot read every second, or (``on_change``) the version row every second
+        and the snapshot every ``SETTLED_SNAPSHOT_EVERY`` seconds, as in a settled cluster."""
         snap, beat, renew = self.per_node_rates
-        per_second = self.nodes * (snap + beat + renew)
+        version = 0.0
+        if on_change:
+            snap, version = 1.0 / SETTLED_SNAPSHOT_EVERY, 1.0 - 1.0 / SETTLED_SNAPSHOT_EVERY
+        per_second = self.nodes * (snap + version + beat + renew)
         busy = self.nodes * (
-            snap * self.snapshot_ms[0] + beat * self.heartbeat_ms[0] + renew * self.renew_ms[0]
+            snap * self.snapshot_ms[0]
+            + version * self.version_ms[0]
+            + beat * self.heartbeat_ms[0]
+            + renew * self.renew_ms[0]
         )
         return per_second, busy
 
@@ -121,6 +135,8 @@ def _timed(conn: psycopg.Connection, samples: int, statement: Callable[[], objec
 
 
 def _measure(url: str, nodes: int, jobs: int, samples: int, snapshot_sql: str) -> Size:
+    from jobs.continuous.supervisor import _VERSION
+
     with psycopg.connect(url, autocommit=True) as conn:
         size = [0]
 
@@ -149,7 +165,9 @@ def _measure(url: str, nodes: int, jobs: int, samples: int, snapshot_sql: str) -
     def stats(values: list[float]) -> tuple[float, float]:
         return statistics.median(values), percentile(values, 99)
 
-    return Size(nodes, jobs, stats(snap), size[0] / 1024, stats(beat), stats(renew))
+    with psycopg.connect(url, autocommit=True) as conn:
+        version = _timed(conn, samples, lambda: conn.execute(_VERSION).fetchone())
+    return Size(nodes, jobs, stats(snap), size[0] / 1024, stats(beat), stats(renew), stats(version))
 
 
 def _simulate(url: str, nodes: int, jobs: int, seconds: float, snapshot_sql: str) -> str:
@@ -188,7 +206,7 @@ def _simulate(url: str, nodes: int, jobs: int, seconds: float, snapshot_sql: str
                             [f"job:poller-{job}"],
                         )
                     statements[index] += held_per_node
-                    next_renew += LEASE_TTL / 3
+                    next_renew += RENEW_EVERY
                 next_tick += 1.0
 
     threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(nodes)]
@@ -380,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=80, help="simulated nodes (0: none)")
     parser.add_argument("--seconds", type=float, default=20.0, help="simulation length")
     parser.add_argument(
-        "--takeover-jobs", default="1000", help="jobs of the takeover runs (empty: none)"
+        "--takeover-jobs", default="300,1000", help="jobs of the takeover runs (empty: none)"
     )
     parser.add_argument("--steady", type=float, default=30.0, help="seconds counted, settled")
     args = parser.parse_args(argv)
@@ -424,15 +442,18 @@ def main(argv: list[str] | None = None) -> int:
         connections.close_all()
         recreate(admin, name, create=False)
     print()
-    print("| nodes | jobs | snapshot ms (median / p99) | snapshot KB | heartbeat ms | renew ms |"
-          " cluster statements/s | database ms/s |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| nodes | jobs | snapshot ms (median / p99) | snapshot KB | version row ms "
+          "| heartbeat ms | renew ms | statements/s, snapshot every s / on change "
+          "| database ms/s, every s / on change |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for s in sizes:
         per_second, busy = s.projected()
+        gated_per_second, gated_busy = s.projected(on_change=True)
         print(
             f"| {s.nodes} | {s.jobs} | {s.snapshot_ms[0]:.2f} / {s.snapshot_ms[1]:.2f} | "
-            f"{s.snapshot_kb:,.0f} | {s.heartbeat_ms[0]:.2f} | {s.renew_ms[0]:.2f} | "
-            f"{per_second:,.0f} | {busy:,.0f} |"
+            f"{s.snapshot_kb:,.0f} | {s.version_ms[0]:.2f} | {s.heartbeat_ms[0]:.2f} | "
+            f"{s.renew_ms[0]:.2f} | {per_second:,.0f} / {gated_per_second:,.0f} | "
+            f"{busy:,.0f} / {gated_busy:,.0f} |"
         )
     if simulated:
         print()
