@@ -28,7 +28,6 @@ import argparse
 import os
 import re
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.beat_bench import _ours, _process_env, _Processes, _quiet, _wait, _wipe, create_jobs
-from bench.databases import fresh_database, recreate
+from bench.databases import django_on_fresh_database
 from bench.measure import percentile
 
 CHUNK = 500
@@ -290,28 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-processes", action="store_true", help="only the three-beat run")
     args = parser.parse_args(argv)
 
-    url = os.environ.get("DATABASE_URL")
     broker = os.environ.get("CELERY_BROKER_URL", "")
-    if not url or not url.startswith("postgres") or not broker:
-        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
-        return 2
-    name, bench_url, admin = fresh_database(url, "_burst_bench")
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
-        DJANGO_SETTINGS_MODULE="project.settings",
-        JOBS_MODULES="bench.beat_bench",
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
     sizes = [int(size) for size in args.sizes.split(",") if size]
     results: dict[str, Any] = {"in_process": [], "beats": []}
-    try:
-        call_command("migrate", verbosity=0)
+    with django_on_fresh_database("_burst_bench", "bench.beat_bench") as bench_url:
         with _quiet():
             for size in sizes if not args.only_processes else []:
                 print(f"{size} slots due at once, one beat in-process", flush=True)
@@ -322,9 +303,6 @@ def main(argv: list[str] | None = None) -> int:
                 for size in sizes:
                     print(f"{size} slots due at once, 3 beat processes", flush=True)
                     results["beats"].append(three_beats(size, bench_url, broker, Path(tmp)))
-    finally:
-        connections.close_all()
-        recreate(admin, name, create=False)
 
     print()
     scheme = broker.split(":", 1)[0]

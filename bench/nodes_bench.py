@@ -268,7 +268,7 @@ def _takeover(url: str, nodes: int, jobs: int, gated: bool, steady: float) -> st
     counting = threading.Event()
     doomed = set(range(0, nodes, 10))  # every tenth node
     taken: dict[str, tuple[str, float]] = {}  # key -> (node, monotonic time it acquired)
-    counts = {"statements": 0, "snapshots": 0, "busy": 0.0}
+    counts = {"statements": 0, "snapshots": 0}
     lock = threading.Lock()
 
     def node(index: int) -> None:
@@ -280,13 +280,11 @@ def _takeover(url: str, nodes: int, jobs: int, gated: bool, steady: float) -> st
         with psycopg.connect(url, autocommit=True) as conn:
 
             def run(sql: str, params: Any = None, snapshot: bool = False) -> Any:
-                began = time.perf_counter()
                 row = conn.execute(sql, params).fetchone()
                 if counting.is_set():
                     with lock:
                         counts["statements"] += 1
                         counts["snapshots"] += snapshot
-                        counts["busy"] += time.perf_counter() - began
                 return row
 
             next_beat = time.monotonic()

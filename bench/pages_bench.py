@@ -17,13 +17,11 @@ run claim and fenced finish are timed on this table too, for comparison with
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
-from bench.databases import fresh_database, recreate
+from bench.databases import django_on_fresh_database
 from bench.measure import percentile
 
 JOBS = 100
@@ -170,32 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args(argv)
 
-    url = os.environ.get("DATABASE_URL")
-    if not url or not url.startswith("postgres") or not os.environ.get("CELERY_BROKER_URL"):
-        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
-        return 2
-    name, bench_url, admin = fresh_database(url, "_pages_bench")
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
-        JOBS_MODULES="bench.pages_jobs",
-    )
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
-    try:
-        call_command("migrate", verbosity=0)
+    with django_on_fresh_database("_pages_bench", "bench.pages_jobs", keep=args.keep):
         _fill(args.runs)
         print(f"{args.rounds} fetches per page...", flush=True)
         results = measure(args.rounds)
-    finally:
-        connections.close_all()
-        if not args.keep:
-            recreate(admin, name, create=False)
     print()
     print(table(results, args.runs))
     return 0

@@ -22,13 +22,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.databases import fresh_database, recreate
+from bench.databases import django_on_fresh_database
 
 JOBS = 100
 
@@ -199,30 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-every", type=float, default=30.0, help="seconds between samples")
     args = parser.parse_args(argv)
 
-    url = os.environ.get("DATABASE_URL")
-    if not url or not url.startswith("postgres") or not os.environ.get("CELERY_BROKER_URL"):
-        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
-        return 2
-    name, bench_url, admin = fresh_database(url, "_retention_bench")
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
-        JOBS_MODULES="bench.pages_jobs",
-    )
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
     keep_for = parse_duration(args.keep_for)
-    try:
-        call_command("migrate", verbosity=0)
+    with django_on_fresh_database("_retention_bench", "bench.pages_jobs"):
         samples, took = run(args.rate, args.minutes, keep_for, args.prune_every, args.sample_every)
-    finally:
-        connections.close_all()
-        recreate(admin, name, create=False)
     print()
     print(
         f"retention benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPU(s): "

@@ -7,7 +7,7 @@ run. Here Celery builds one message per job shape (task, queue, routing, priorit
 through ``send_task`` itself with the producer swapped for one that keeps the publish call
 instead of making it; every run's message is that template with its own task id and keyword
 arguments, handed to kombu's ``Producer.publish`` as Celery would hand it. So headers, body and
-properties are the ones ``send_task`` makes (``tests/integration/test_bulk_publish.py`` compares
+properties are the ones ``send_task`` makes (``tests/acceptance/test_bulk_publish.py`` compares
 them), and workers, Flower and redelivery see nothing different.
 
 What changes is the sending: on Redis kombu's publish batch puts a chunk's ``LPUSH`` es in one

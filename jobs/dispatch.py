@@ -142,6 +142,11 @@ def publish(
 BURST_OVER = 100
 
 
+def is_burst(count: int) -> bool:
+    """Whether publishing ``count`` runs at once is a burst (``publish_many``'s ``burst``)."""
+    return count > BURST_OVER
+
+
 def publish_many(
     runs: Iterable[tuple[Job, int, datetime]], producer: Any = None, *, burst: bool = False
 ) -> int:

@@ -31,7 +31,7 @@ from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
-from jobs.dispatch import BURST_OVER, publish_many
+from jobs.dispatch import is_burst, publish_many
 from jobs.guard import run_records
 from jobs.models import Job, RunStatus
 from jobs.schedule import calendars, catchup, slots
@@ -325,7 +325,7 @@ class ClusterScheduler(Scheduler):
         # one, so a burst of slots spreads over the beats with no coordination; and a beat that
         # dies mid-burst strands at most one chunk (maintenance re-publishes it).
         ordered = sorted(fire, key=lambda item: (item[1], item[0].job_id))
-        burst = len(ordered) > BURST_OVER
+        burst = is_burst(len(ordered))
         created = sent = 0
         for start in range(0, len(ordered), PUBLISH_CHUNK):
             chunk = ordered[start : start + PUBLISH_CHUNK]

@@ -47,6 +47,8 @@ WAKE_MARGIN = 0.02
 # around the app).
 FULL_LOOK_AT_LEAST_EVERY = 10.0
 
+_VERSION = "SELECT version FROM jobs_cluster_version WHERE id = 1"
+
 # The whole snapshot, one statement. Leases are matched on each job's default key
 # (Job.lock_key, "job:" + name) plus the keys of jobs whose function derives its own lock key
 # (passed in). The cluster version is read in the same statement, so it is the snapshot's.
@@ -67,10 +69,8 @@ SELECT
                         + make_interval(secs => {MISSED_HEARTBEATS} * n.heartbeat_interval)
                         - now())))
               FROM jobs_node AS n WHERE {LIVE_NODE_PG}), '[]'::json),
-  (SELECT version FROM jobs_cluster_version WHERE id = 1)
+  ({_VERSION})
 """
-
-_VERSION = "SELECT version FROM jobs_cluster_version WHERE id = 1"
 
 
 @dataclass(frozen=True)

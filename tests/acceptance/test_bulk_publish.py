@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from tests.acceptance.conftest import (
     flower_json,
     wait_for,
 )
+from tests.acceptance.test_beats_cluster import BEAT_ENV, _executions
 from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks published here)
 
 pytestmark = pytest.mark.acceptance
@@ -115,15 +115,6 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker) -> None:
     twin_b = in_bulk[f"jobrun-{runs[4].pk}"]
     assert twin_b[0]["shadow"] == f"{broker.kind}-twin-b"
     assert json.loads(twin_b[1])[1]["job"] == f"{broker.kind}-twin-b"
-
-
-# Maintenance often, and a run re-published 2 s after its message went out unanswered.
-BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
-
-
-def _executions(log: Path) -> Counter[int]:
-    lines = log.read_text().splitlines() if log.exists() else []
-    return Counter(int(line.split()[0]) for line in lines if line)
 
 
 def _burst_jobs(count: int, queue: str, log: Path, slot: datetime, prefix: str) -> list[Job]:
