@@ -69,7 +69,8 @@ UPDATE jobs_jobrun
                     ELSE 'the lease lapsed before the tenure ended' END,
        finished_at = now(), traceback = %(traceback)s, result = %(result)s::jsonb
   FROM lease
- WHERE id = %(run_id)s AND status = 'running' AND fencing_token = %(token)s
+ WHERE id = %(run_id)s AND status IS NOT DISTINCT FROM 'running'
+   AND fencing_token = %(token)s
 RETURNING status
 """
 

@@ -5,6 +5,12 @@ Each function is one statement (PostgreSQL). The claim also takes the run's leas
 also gives it back (and records a retry when one is due), so a guarded run costs the database two
 round trips; the lease parts are the fragments of ``jobs/guard/lease.py``, where all lease SQL
 lives, except in the claim and the finish, whose PL/pgSQL functions (migration 0008) repeat them.
+
+A statement about one run finds it by its id alone and tests the status it must have with ``IS NOT
+DISTINCT FROM``, which is no index condition: with ``status = 'running'`` the planner may walk the
+status index instead of the primary key whenever it believes few runs have that status (a fresh
+table, statistics from a quiet hour), and every claim of a burst then reads every scheduled run
+(migration 0025).
 """
 
 from __future__ import annotations
@@ -161,7 +167,7 @@ _HAND_BACK = """
 UPDATE jobs_jobrun
    SET status = 'scheduled', node = '', pid = NULL, task_id = '', started_at = NULL,
        dispatched_at = now()
- WHERE id = %(run_id)s AND status = 'running' AND fencing_token IS NULL
+ WHERE id = %(run_id)s AND status IS NOT DISTINCT FROM 'running' AND fencing_token IS NULL
 RETURNING scheduled_for
 """
 
@@ -178,7 +184,7 @@ _ACQUIRE_FOR_RUN = f"""
 WITH run AS (
     SELECT r.id, now() > {deadline_from_pg("r")} + make_interval(secs => j.start_deadline) AS late
       FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id
-     WHERE r.id = %(run_id)s AND r.status = 'running' AND r.fencing_token IS NULL
+     WHERE r.id = %(run_id)s AND r.status IS NOT DISTINCT FROM 'running' AND r.fencing_token IS NULL
        FOR UPDATE OF r
 ),
 taken AS (
@@ -233,7 +239,7 @@ WITH finished AS (
     UPDATE jobs_jobrun
        SET status = %(status)s, finished_at = now(), error = %(error)s,
            traceback = %(traceback)s, result = %(result)s::jsonb
-     WHERE id = %(run_id)s AND status = 'running' AND fencing_token IS NULL
+     WHERE id = %(run_id)s AND status IS NOT DISTINCT FROM 'running' AND fencing_token IS NULL
     RETURNING id, job_id, attempt, retry_of_id, status, args, kwargs
 ),
 {_RETRY_CTE}
@@ -283,7 +289,7 @@ SELECT f.id, f.job_id, retry.id, retry.scheduled_for, f.node, f.error
 # or received): failed without running, unless somebody claimed it meanwhile.
 _FAIL_UNCLAIMED = """
 UPDATE jobs_jobrun SET status = 'failed', node = %(node)s, finished_at = now(), error = %(error)s
- WHERE id = %(run_id)s AND status = 'scheduled'
+ WHERE id = %(run_id)s AND status IS NOT DISTINCT FROM 'scheduled'
 """
 
 
