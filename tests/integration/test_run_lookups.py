@@ -30,8 +30,7 @@ def _index_scans() -> dict[str, int]:
     with connection.cursor() as cursor:  # the flush happens as the backend goes idle
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
-            "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes "
-            "WHERE relname = 'jobs_jobrun'"
+            "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes WHERE relname = 'jobs_jobrun'"
         )
         return dict(cursor.fetchall())
 
