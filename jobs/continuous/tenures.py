@@ -57,7 +57,7 @@ RETURNING id, started_at, (SELECT count(*) FROM orphaned)
 # Unlike a run's finish it does not lock the lease row: it gives no lease back, and a takeover
 # racing it is settled by the run row, which both update only while it is 'running' (begin's
 # `orphaned`): whichever commits first, the tenure is recorded once. Its writes are fenced by
-# ctx.fenced(), which does lock the lease row.
+# ctx.fenced(), which does lock the lease row. The run by its id alone (jobs.guard.run_records).
 _FINISH = """
 WITH lease AS (
     SELECT EXISTS (SELECT 1 FROM jobs_lease
