@@ -10,7 +10,10 @@ server (created afresh, dropped at the end), and on queues of its own on the bro
 - **latency**: each lease statement (acquire, renew, release; the run claim that also acquires,
   the fenced finish that also releases) against the bare round trip ``SELECT 1`` and a bare
   conditional ``UPDATE`` of one row, each ``--samples`` times on one connection: median, p99,
-  and the ratios of the medians.
+  and the ratios of the medians. With ``--quiet-hour-runs N``, the claim and finish again after
+  N finished runs were recorded and the run table analysed (statistics that call a scheduled or
+  running run rare) and a backlog of older runs has waited since: the planner trap of
+  migration 0025.
 - **throughput**: one ``celery worker -c 2`` drains ``--tasks`` messages published before it
   started: a plain Celery no-op task, a guarded no-op run (claim with lease, heartbeat thread,
   fenced finish with release, spread over 50 jobs so the two processes never want the same
@@ -102,12 +105,11 @@ def _timed(samples: int, once: Callable[[], object]) -> list[float]:
     return timings
 
 
-def measure_latency(samples: int) -> dict[str, list[float]]:
+def measure_latency(samples: int, quiet_hour_runs: int = 0) -> dict[str, list[float]]:
     from django.db import connection
-    from django.utils import timezone
 
-    from jobs.guard import lease, run_records
-    from jobs.models import Job, JobRun, RunStatus, Trigger
+    from jobs.guard import lease
+    from jobs.models import Job
 
     results: dict[str, list[float]] = {}
     with connection.cursor() as cursor:
@@ -135,8 +137,27 @@ def measure_latency(samples: int) -> dict[str, list[float]]:
     results["lease release"] = release_times
     lease.release(held)
 
-    # A run's two statements: the claim that also takes the lease, the finish that gives it back.
     job_row = Job.objects.create(name=f"bench-latency-{uuid.uuid4().hex[:8]}", task="bench.noop")
+    claim_times, finish_times = _claim_and_finish(job_row, samples)
+    results["run claim + lease acquire (1 statement)"] = claim_times
+    results["run finish + lease release (1 statement)"] = finish_times
+    if quiet_hour_runs:
+        results.update(_after_a_quiet_hour(job_row, samples, quiet_hour_runs))
+    return results
+
+
+# Under a tenth of the finished runs, so autovacuum's analyse would not have run since.
+QUIET_HOUR_BACKLOG = 5000
+
+
+def _claim_and_finish(job_row: Any, samples: int) -> tuple[list[float], list[float]]:
+    """A run's two statements, timed over ``samples`` fresh runs of ``job_row``: the claim that
+    also takes the lease, the finish that gives it back."""
+    from django.utils import timezone
+
+    from jobs.guard import run_records
+    from jobs.models import JobRun, RunStatus, Trigger
+
     now = timezone.now()
     runs = JobRun.objects.bulk_create(
         JobRun(job=job_row, scheduled_for=now, trigger=Trigger.MANUAL) for _ in range(samples)
@@ -153,9 +174,38 @@ def measure_latency(samples: int) -> dict[str, list[float]]:
         )
         finish_times.append((time.perf_counter_ns() - started) / 1e6)
         assert finished.status == RunStatus.SUCCEEDED
-    results["run claim + lease acquire (1 statement)"] = claim_times
-    results["run finish + lease release (1 statement)"] = finish_times
-    return results
+    return claim_times, finish_times
+
+
+def _after_a_quiet_hour(job_row: Any, samples: int, finished: int) -> dict[str, list[float]]:
+    """The claim and finish again, with ``finished`` runs of the job recorded succeeded and the
+    run table analysed then (a quiet hour: to the planner, no run is scheduled or running), and
+    since then a backlog of ``QUIET_HOUR_BACKLOG`` runs of another job waiting, slots older
+    than the runs timed (a queue no worker drains): the planner trap of migration 0025, where
+    a statement that also tests the status walks the status index from the oldest slot and
+    reads the whole backlog before it finds its run."""
+    from django.db import connection
+
+    from jobs.models import Job
+
+    waiting = Job.objects.create(name=f"bench-backlog-{uuid.uuid4().hex[:8]}", task="bench.noop")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at) "
+            "SELECT %s, now() - make_interval(secs => g), 'manual', 'succeeded', now() "
+            "FROM generate_series(1, %s) AS g",
+            [job_row.pk, finished],
+        )
+        cursor.execute("ANALYZE jobs_jobrun")
+        cursor.execute(
+            "INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status) "
+            "SELECT %s, now() - interval '1 hour' + make_interval(secs => g), 'manual', "
+            "'scheduled' FROM generate_series(1, %s) AS g",
+            [waiting.pk, QUIET_HOUR_BACKLOG],
+        )
+    claim_times, finish_times = _claim_and_finish(job_row, samples)
+    label = f"{finished} finished runs analysed, {QUIET_HOUR_BACKLOG} waiting"
+    return {f"run claim, {label}": claim_times, f"run finish, {label}": finish_times}
 
 
 class Throughput:
@@ -350,6 +400,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure the latency again through a private PgBouncer in transaction pooling",
     )
+    parser.add_argument(
+        "--quiet-hour-runs",
+        type=int,
+        default=0,
+        help="also time the claim and finish with this many finished runs analysed beforehand",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
 
@@ -369,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         call_command("migrate", verbosity=0)
         print(f"latency: {args.samples} samples per statement...", flush=True)
-        latency = measure_latency(args.samples)
+        latency = measure_latency(args.samples, args.quiet_hour_runs)
         if args.through_pgbouncer:
             pooled = _latency_through_pgbouncer(bench_url, args.samples)
             latency.update({f"{name}, through PgBouncer": v for name, v in pooled.items()})

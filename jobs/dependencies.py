@@ -80,7 +80,7 @@ def _path(edges: dict[int, list[int]], start: int, goal: int) -> list[int]:
 # stamped and returned for publishing, once, whoever asks.
 _TAKE_MADE_BY = """
 UPDATE jobs_jobrun SET dispatched_at = now()
- WHERE upstream_run_id = %s AND trigger = 'upstream' AND status = 'scheduled'
+ WHERE upstream_run_id = %s AND trigger = 'upstream' AND status IS NOT DISTINCT FROM 'scheduled'
    AND dispatched_at IS NULL
 RETURNING id, job_id, scheduled_for
 """

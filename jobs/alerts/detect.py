@@ -68,7 +68,7 @@ def resolve_incidents(job_id: int | None, kinds: list[str], run_id: int | None =
 _OPEN_WHILE_RUNNING = """
 SELECT jobs_open_incident(%(job)s, 'stuck', 'stuck', %(summary)s, r.id)
   FROM jobs_jobrun AS r
- WHERE r.id = %(run)s AND r.status = 'running'
+ WHERE r.id = %(run)s AND r.status IS NOT DISTINCT FROM 'running'
    FOR SHARE OF r
 """
 

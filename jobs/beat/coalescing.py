@@ -21,7 +21,7 @@ UPDATE jobs_jobrun AS n
            -- a backfill run waiting for its release (jobs.backfill) is in no queue yet
            AND (o.trigger <> 'backfill' OR o.released_at IS NOT NULL)
          ORDER BY o.job_id, o.id) AS q
- WHERE n.id = ANY(%(new)s) AND n.job_id = q.job_id AND n.status = 'scheduled'
+ WHERE n.id = ANY(%(new)s) AND n.job_id = q.job_id AND n.status IS NOT DISTINCT FROM 'scheduled'
 RETURNING n.id
 """
 

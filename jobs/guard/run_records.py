@@ -6,11 +6,12 @@ also gives it back (and records a retry when one is due), so a guarded run costs
 round trips; the lease parts are the fragments of ``jobs/guard/lease.py``, where all lease SQL
 lives, except in the claim and the finish, whose PL/pgSQL functions (migration 0008) repeat them.
 
-A statement about one run finds it by its id alone and tests the status it must have with ``IS NOT
-DISTINCT FROM``, which is no index condition: with ``status = 'running'`` the planner may walk the
-status index instead of the primary key whenever it believes few runs have that status (a fresh
-table, statistics from a quiet hour), and every claim of a burst then reads every scheduled run
-(migration 0025).
+A statement about one run (or about the runs one upstream run made) finds it by that column
+alone and tests the status it must have with ``IS NOT DISTINCT FROM``, which is no index
+condition: with ``status = 'scheduled'`` the planner may walk the status index instead of the
+primary key whenever it believes few runs have that status (a fresh table, statistics from a
+quiet hour), and every claim of a burst then reads every scheduled run (migration 0025). A
+statement that means to find runs by their status keeps ``=``.
 """
 
 from __future__ import annotations
