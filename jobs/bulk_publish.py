@@ -11,21 +11,22 @@ properties are the ones ``send_task`` makes (``tests/acceptance/test_bulk_publis
 them), and workers, Flower and redelivery see nothing different.
 
 What changes is the sending: on Redis kombu's publish batch puts a chunk's ``LPUSH`` es in one
-pipeline (one round trip); on RabbitMQ the chunk goes out back to back on a channel in confirm
-mode and the broker's acknowledgements are awaited once for all of them. Celery's
-``before/after_task_publish`` signals fire once per template, not per message, and no
-``task-sent`` events are sent (as for any burst: Flower shows each run once a worker receives
-it).
+pipeline (one round trip); on RabbitMQ a burst's chunks go out back to back on one channel in
+confirm mode, and a chunk's acknowledgements are awaited once for all of it, when the next
+chunk is handed over (``Burst``): the broker confirms one chunk while the beat inserts the
+next. Celery's ``before/after_task_publish`` signals fire once per template, not per message,
+and no ``task-sent`` events are sent (as for any burst: Flower shows each run once a worker
+receives it).
 
-A chunk whose sending fails leaves its runs ``scheduled``: maintenance re-publishes them, and
-a message that did arrive twice is a no-op at the claim.
+A chunk whose sending fails, or whose acknowledgements do not all come, leaves its runs
+``scheduled``: maintenance re-publishes them, and a message that did arrive twice is a no-op at
+the claim.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -163,101 +164,175 @@ def _transport(producer: Any) -> str:
     return str(producer.connection.transport.driver_type)
 
 
-@contextmanager
-def _sending(producer: Any, size: int) -> Iterator[Any]:
-    """A producer whose publishes go out together when the block ends: a pipelined batch on
-    Redis, a confirmed batch on RabbitMQ, one by one elsewhere."""
-    driver = _transport(producer)
-    if driver == "redis" and producer.supports_batch_publish:
-        with producer.batch(max_size=max(size, 1)):
-            yield producer
-    elif driver == "amqp":
-        with _confirmed(producer) as confirmed:
-            yield confirmed
-    else:
-        yield producer
+class _Confirms:
+    """A channel of its own in confirm mode, and the chunks published on it whose confirms
+    RabbitMQ still owes: the delivery tag each chunk ended at, awaited when asked."""
 
-
-@contextmanager
-def _confirmed(producer: Any) -> Iterator[Any]:
-    """A producer on a channel of its own in confirm mode; when the block ends, every message
-    published through it has been acknowledged by RabbitMQ (a nack or a timeout raises)."""
-    from amqp import spec
-
-    channel = producer.connection.channel()
-    try:
-        channel.confirm_select()
-        outstanding: set[int] = set()
-        nacked: list[int] = []
-        published = 0
-
-        def on_ack(tag: int, multiple: bool) -> None:
-            if multiple:
-                outstanding.difference_update({t for t in outstanding if t <= tag})
-            else:
-                outstanding.discard(tag)
-
-        def on_nack(tag: int, multiple: bool) -> None:
-            nacked.append(tag)
-            on_ack(tag, multiple)
-
-        channel.events["basic_ack"].add(on_ack)
-        channel.events["basic_nack"].add(on_nack)
+    def __init__(self, connection: Any) -> None:
+        self.channel = connection.channel()
+        self.channel.confirm_select()
+        self.published = 0
+        self.outstanding: set[int] = set()
+        self.nacked: set[int] = set()
+        self.channel.events["basic_ack"].add(self._on_ack)
+        self.channel.events["basic_nack"].add(self._on_nack)
+        confirms = self
 
         class _Counting(Producer):
             def _publish(self, *args: Any, **kwargs: Any) -> Any:
-                nonlocal published
                 result = super()._publish(*args, **kwargs)
-                published += 1
-                outstanding.add(published)
+                confirms.published += 1
+                confirms.outstanding.add(confirms.published)
                 return result
 
-        yield _Counting(channel, auto_declare=False)
-        while outstanding:
-            channel.wait([spec.Basic.Ack, spec.Basic.Nack], timeout=CONFIRM_TIMEOUT)
-        if nacked:
-            raise ConnectionError(f"RabbitMQ refused {len(nacked)} message(s) of the batch")
-    finally:
+        self.producer = _Counting(self.channel, auto_declare=False)
+
+    def _on_ack(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            self.outstanding.difference_update([t for t in self.outstanding if t <= tag])
+        else:
+            self.outstanding.discard(tag)
+
+    def _on_nack(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            self.nacked.update(t for t in self.outstanding if t <= tag)
+        else:
+            self.nacked.add(tag)
+        self._on_ack(tag, multiple)
+
+    def await_through(self, first: int, last: int) -> None:
+        """Return once RabbitMQ has acknowledged every message tagged ``first`` to ``last``;
+        a nack among them or a ``CONFIRM_TIMEOUT`` without progress raises."""
+        from amqp import spec
+
+        while any(tag <= last for tag in self.outstanding):
+            self.channel.wait([spec.Basic.Ack, spec.Basic.Nack], timeout=CONFIRM_TIMEOUT)
+        refused = sum(1 for tag in self.nacked if first <= tag <= last)
+        if refused:
+            raise ConnectionError(f"RabbitMQ refused {refused} message(s) of the chunk")
+
+    def close(self) -> None:
         try:
-            channel.close()
+            self.channel.close()
         except Exception:  # a broken connection: nothing left to close
             log.debug("closing the confirm channel failed", exc_info=True)
 
 
-def publish_burst(runs: Sequence[Publication], producer: Any) -> int:
-    """Publish ``runs`` (a chunk of a burst) in one batch; the number sent. A run whose message
-    cannot be made is logged and left ``scheduled``; a batch that cannot be sent is logged and
-    left whole to maintenance (its delivery is uncertain: some messages may have arrived)."""
-    from jobs.dispatch import task_id_for
+@dataclass(frozen=True)
+class _Unconfirmed:
+    """A chunk handed to RabbitMQ whose confirms are not yet in: its delivery tags, its runs."""
 
-    templates: dict[tuple[Any, ...], _Template] = {}
-    shapes = [_shape(run.job) for run in runs]
-    buffered = 0
-    try:
-        for run, shape in zip(runs, shapes, strict=True):
-            if shape not in templates:
-                templates[shape] = template = _template(run, producer)
-                for entity in template.declare:
-                    producer.maybe_declare(entity)
-        with _sending(producer, len(runs)) as sender:
+    first: int
+    last: int
+    run_ids: list[int]
+
+
+class Burst:
+    """A tick's burst, published chunk by chunk as the beat wins them (``publish``); ``sent``
+    counts the messages the broker took, final once the block ends.
+
+    On Redis each chunk goes out in one pipelined round trip. On RabbitMQ the chunks go out
+    back to back on one channel in confirm mode, and a chunk's confirms are awaited only when
+    the next chunk is handed over or the burst ends: the broker confirms (and writes to disk)
+    one chunk while the beat inserts the next, instead of the beat waiting for it. A chunk
+    whose sending fails, or whose confirms do not all come, is logged and left ``scheduled``
+    for maintenance (its delivery is uncertain: some messages may have arrived)."""
+
+    def __init__(self, producer: Any) -> None:
+        self.producer = producer
+        self.sent = 0
+        self._templates: dict[tuple[Any, ...], _Template] = {}
+        self._amqp = _transport(producer) == "amqp"
+        self._confirms: _Confirms | None = None
+        self._unconfirmed: _Unconfirmed | None = None
+
+    def __enter__(self) -> Burst:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._settle()
+        if self._confirms is not None:
+            self._confirms.close()
+            self._confirms = None
+
+    def publish(self, runs: Sequence[Publication]) -> None:
+        """Send ``runs`` (one chunk). A run whose message cannot be made is logged and left
+        ``scheduled``."""
+        self._settle()
+        shapes = [_shape(run.job) for run in runs]
+        try:
             for run, shape in zip(runs, shapes, strict=True):
-                kwargs = _run_kwargs(run)
-                template = templates[shape]
-                try:
-                    template.publish(sender, task_id_for(run.run_id), kwargs, run.job.name)
-                except Exception:
-                    log.exception(
-                        "publish failed; the run stays scheduled for maintenance to re-publish",
-                        extra={"action": "publish_failed", "run_id": run.run_id},
-                    )
-                else:
-                    buffered += 1
-    except Exception:
+                if shape not in self._templates:
+                    self._templates[shape] = template = _template(run, self.producer)
+                    for entity in template.declare:
+                        self.producer.maybe_declare(entity)
+            if self._amqp:
+                self._publish_confirmed(runs, shapes)
+            elif _transport(self.producer) == "redis" and self.producer.supports_batch_publish:
+                with self.producer.batch(max_size=max(len(runs), 1)):
+                    buffered = self._publish_each(self.producer, runs, shapes)
+                self.sent += buffered  # once the pipeline went out whole
+            else:
+                self.sent += self._publish_each(self.producer, runs, shapes)
+        except Exception:
+            self._chunk_failed([run.run_id for run in runs])
+
+    def _publish_confirmed(self, runs: Sequence[Publication], shapes: list[Any]) -> None:
+        if self._confirms is None:
+            self._confirms = _Confirms(self.producer.connection)
+        first = self._confirms.published + 1
+        self._publish_each(self._confirms.producer, runs, shapes)
+        if self._confirms.published >= first:
+            self._unconfirmed = _Unconfirmed(
+                first, self._confirms.published, [run.run_id for run in runs]
+            )
+
+    def _publish_each(self, sender: Any, runs: Sequence[Publication], shapes: list[Any]) -> int:
+        from jobs.dispatch import task_id_for
+
+        buffered = 0
+        for run, shape in zip(runs, shapes, strict=True):
+            try:
+                self._templates[shape].publish(
+                    sender, task_id_for(run.run_id), _run_kwargs(run), run.job.name
+                )
+            except Exception:
+                log.exception(
+                    "publish failed; the run stays scheduled for maintenance to re-publish",
+                    extra={"action": "publish_failed", "run_id": run.run_id},
+                )
+            else:
+                buffered += 1
+        return buffered
+
+    def _settle(self) -> None:
+        """Await the confirms of the chunk handed to RabbitMQ last."""
+        chunk, self._unconfirmed = self._unconfirmed, None
+        if chunk is None or self._confirms is None:
+            return
+        try:
+            self._confirms.await_through(chunk.first, chunk.last)
+        except Exception:
+            self._chunk_failed(chunk.run_ids)
+        else:
+            self.sent += chunk.last - chunk.first + 1
+
+    def _chunk_failed(self, run_ids: list[int]) -> None:
         log.exception(
-            "publishing a burst of %d run(s) failed; they stay scheduled for maintenance to "
-            "re-publish",
-            len(runs),
-            extra={"action": "publish_failed", "run_ids": [run.run_id for run in runs][:100]},
+            "publishing a burst chunk of %d run(s) failed; they stay scheduled for maintenance "
+            "to re-publish",
+            len(run_ids),
+            extra={"action": "publish_failed", "run_ids": run_ids[:100]},
         )
-        return 0
-    return buffered
+        # A channel that failed once is not trusted again: the next chunk opens its own.
+        if self._confirms is not None:
+            self._confirms.close()
+            self._confirms = None
+            self._unconfirmed = None
+
+
+def publish_burst(runs: Sequence[Publication], producer: Any) -> int:
+    """Publish ``runs`` in one batch (a burst of one chunk); the number sent."""
+    with Burst(producer) as burst:
+        burst.publish(runs)
+    return burst.sent

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -138,45 +139,80 @@ def publish(
     )
 
 
-# More runs than this published at once are a burst (see ``publish_many``).
+# More runs than this published at once are a burst (see ``publishing``).
 BURST_OVER = 100
 
 
 def is_burst(count: int) -> bool:
-    """Whether publishing ``count`` runs at once is a burst (``publish_many``'s ``burst``)."""
+    """Whether publishing ``count`` runs at once is a burst (``publishing``'s ``burst``)."""
     return count > BURST_OVER
+
+
+class Publishing:
+    """Runs handed over chunk after chunk (``add``); ``sent`` counts the messages the broker
+    took, final once ``publishing``'s block ends."""
+
+    def __init__(self, producer: Any, burst: bulk_publish.Burst | None, sent_event: bool) -> None:
+        self.producer = producer
+        self.burst = burst
+        self.sent_event = sent_event
+        self._sent_one_by_one = 0
+
+    @property
+    def sent(self) -> int:
+        return self._sent_one_by_one + (self.burst.sent if self.burst is not None else 0)
+
+    def add(self, runs: Iterable[tuple[Job, int, datetime]]) -> None:
+        """Publish each run; one failed publish is logged and left for maintenance to
+        re-publish."""
+        publishable = []
+        for job, run_id, scheduled_for in runs:
+            if registry.is_registered(job.task):
+                publishable.append((job, run_id, scheduled_for))
+            else:
+                _refuse_unregistered(job, run_id)
+        if self.burst is not None:
+            if publishable:
+                self.burst.publish([bulk_publish.Publication(*run) for run in publishable])
+            return
+        for job, run_id, scheduled_for in publishable:
+            try:
+                publish(
+                    job, run_id, scheduled_for, producer=self.producer, sent_event=self.sent_event
+                )
+            except Exception:
+                log.exception(
+                    "publish failed; the run stays scheduled for maintenance to re-publish",
+                    extra={"action": "publish_failed", "run_id": run_id, "job": job.name},
+                )
+            else:
+                self._sent_one_by_one += 1
+
+
+@contextmanager
+def publishing(producer: Any = None, *, burst: bool = False) -> Iterator[Publishing]:
+    """Publish runs in chunks within the block. A ``burst`` (many runs at once) goes without
+    Celery's ``task-sent`` events, which would double its cost (Flower shows each run once a
+    worker receives it), and in bulk unless ``JOBS_BULK_PUBLISH`` is off
+    (``jobs.bulk_publish``: on RabbitMQ one chunk's confirms are awaited while the next is
+    made)."""
+    if burst and get_conf().bulk_publish:
+        with (
+            current_app.producer_or_acquire(producer) as acquired,
+            bulk_publish.Burst(acquired) as bulk,
+        ):
+            yield Publishing(acquired, bulk, sent_event=False)
+    else:
+        yield Publishing(producer, None, sent_event=not burst)
 
 
 def publish_many(
     runs: Iterable[tuple[Job, int, datetime]], producer: Any = None, *, burst: bool = False
 ) -> int:
-    """Publish each run; the number sent. One failed publish is logged and left for
-    maintenance to re-publish. A ``burst`` (a chunk of many runs at once) goes without Celery's
-    ``task-sent`` events, which would double its cost (Flower shows each run once a worker
-    receives it), and in bulk unless ``JOBS_BULK_PUBLISH`` is off (``jobs.bulk_publish``)."""
-    publishable = []
-    for job, run_id, scheduled_for in runs:
-        if registry.is_registered(job.task):
-            publishable.append((job, run_id, scheduled_for))
-        else:
-            _refuse_unregistered(job, run_id)
-    if burst and publishable and get_conf().bulk_publish:
-        with current_app.producer_or_acquire(producer) as acquired:
-            return bulk_publish.publish_burst(
-                [bulk_publish.Publication(*run) for run in publishable], acquired
-            )
-    sent = 0
-    for job, run_id, scheduled_for in publishable:
-        try:
-            publish(job, run_id, scheduled_for, producer=producer, sent_event=not burst)
-        except Exception:
-            log.exception(
-                "publish failed; the run stays scheduled for maintenance to re-publish",
-                extra={"action": "publish_failed", "run_id": run_id, "job": job.name},
-            )
-        else:
-            sent += 1
-    return sent
+    """Publish each run (one chunk, see ``publishing``); the number sent."""
+    with publishing(producer, burst=burst) as publisher:
+        publisher.add(runs)
+    return publisher.sent
 
 
 def publish_retry(job: Job, retry: run_records.NewRun) -> None:

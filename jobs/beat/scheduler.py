@@ -31,7 +31,7 @@ from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
-from jobs.dispatch import is_burst, publish_many
+from jobs.dispatch import is_burst, publishing
 from jobs.guard import run_records
 from jobs.models import Job, RunStatus
 from jobs.schedule import calendars, catchup, slots
@@ -325,30 +325,27 @@ class ClusterScheduler(Scheduler):
         # one, so a burst of slots spreads over the beats with no coordination; and a beat that
         # dies mid-burst strands at most one chunk (maintenance re-publishes it).
         ordered = sorted(fire, key=lambda item: (item[1], item[0].job_id))
-        burst = is_burst(len(ordered))
-        created = sent = 0
-        for start in range(0, len(ordered), PUBLISH_CHUNK):
-            chunk = ordered[start : start + PUBLISH_CHUNK]
-            won = run_records.insert_scheduled(
-                [(entry.job_id, slot) for entry, slot in chunk],
-                reasons=[reasons[entry.job_id, slot] for entry, slot in chunk],
-            )
-            by_id = {entry.job_id: entry for entry, _ in chunk}
-            created += len(won)
-            # Slots a calendar skipped are recorded (skipped, with why) and not published.
-            due = [run for run in won if run.status == RunStatus.SCHEDULED]
-            coalesced = coalescing.skip_while_queued(
-                [(run.run_id, run.job_id) for run in due if by_id[run.job_id].job.coalesce]
-            )
-            sent += publish_many(
-                (
+        created = 0
+        with publishing(self.producer, burst=is_burst(len(ordered))) as publisher:
+            for start in range(0, len(ordered), PUBLISH_CHUNK):
+                chunk = ordered[start : start + PUBLISH_CHUNK]
+                won = run_records.insert_scheduled(
+                    [(entry.job_id, slot) for entry, slot in chunk],
+                    reasons=[reasons[entry.job_id, slot] for entry, slot in chunk],
+                )
+                by_id = {entry.job_id: entry for entry, _ in chunk}
+                created += len(won)
+                # Slots a calendar skipped are recorded (skipped, with why) and not published.
+                due = [run for run in won if run.status == RunStatus.SCHEDULED]
+                coalesced = coalescing.skip_while_queued(
+                    [(run.run_id, run.job_id) for run in due if by_id[run.job_id].job.coalesce]
+                )
+                publisher.add(
                     (by_id[run.job_id].job, run.run_id, run.scheduled_for)
                     for run in due
                     if run.run_id not in coalesced
-                ),
-                producer=self.producer,
-                burst=burst,
-            )
+                )
+        sent = publisher.sent
         log.info(
             "beat fired %d slot(s): %d created here, %d published",
             len(fire),

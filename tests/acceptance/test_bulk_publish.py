@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,56 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker) -> None:
     twin_b = in_bulk[f"jobrun-{runs[4].pk}"]
     assert twin_b[0]["shadow"] == f"{broker.kind}-twin-b"
     assert json.loads(twin_b[1])[1]["job"] == f"{broker.kind}-twin-b"
+
+
+@pytest.mark.django_db
+def test_rabbitmq_confirms_are_counted_chunk_by_chunk(
+    amqp_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three chunks of a burst on one confirm channel (each chunk's confirms awaited only when
+    the next is handed over), routed to a queue RabbitMQ caps at 700 messages, refusing the
+    rest with a nack: the first chunk counts as sent; the second (200 taken, 300 refused) and
+    the third (all refused) count as not sent and are logged with their runs, which stay
+    ``scheduled`` for maintenance."""
+    suffix = uuid.uuid4().hex[:8]
+    exchange, capped = f"bulk-capped-{suffix}", f"bulk-capped-{suffix}"
+    job = _job(f"capped-{suffix}", f"bulk-declared-{suffix}")
+    job.exchange, job.routing_key = exchange, "capped"
+    job.save(update_fields=["exchange", "routing_key"])
+    now = timezone.now()
+    runs = JobRun.objects.bulk_create(
+        JobRun(job=job, scheduled_for=now, trigger=Trigger.MANUAL) for _ in range(1500)
+    )
+    with current_app.connection_for_write(amqp_url) as conn:
+        channel: Any = conn.channel()
+        channel.exchange_declare(exchange, "direct", durable=True, auto_delete=False)
+        channel.queue_declare(
+            capped, durable=True, auto_delete=False,
+            arguments={"x-max-length": 700, "x-overflow": "reject-publish"},
+        )  # fmt: skip
+        channel.queue_bind(capped, exchange, "capped")
+        try:
+            with bulk_publish.Burst(conn.Producer()) as burst:
+                for start in range(0, 1500, 500):
+                    chunk = runs[start : start + 500]
+                    burst.publish(
+                        [bulk_publish.Publication(job, run.pk, run.scheduled_for) for run in chunk]
+                    )
+            _name, held, _consumers = channel.queue_declare(capped, passive=True)
+        finally:
+            channel.queue_delete(capped)
+            channel.queue_delete(f"bulk-declared-{suffix}")
+            channel.exchange_delete(exchange)
+
+    assert held == 700
+    assert burst.sent == 500
+    failed = [r.__dict__ for r in caplog.records if getattr(r, "action", None) == "publish_failed"]
+    # The log names each failed chunk's first 100 runs, and what RabbitMQ refused of it.
+    assert [f["run_ids"][0] for f in failed] == [runs[500].pk, runs[1000].pk]
+    assert [len(f["run_ids"]) for f in failed] == [100, 100]
+    assert "refused 300 message(s)" in str(failed[0]["exc_text"])
+    assert "refused 500 message(s)" in str(failed[1]["exc_text"])
+    assert JobRun.objects.filter(job=job, status=RunStatus.SCHEDULED).count() == 1500
 
 
 def _burst_jobs(count: int, queue: str, log: Path, slot: datetime, prefix: str) -> list[Job]:
