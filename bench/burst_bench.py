@@ -238,6 +238,9 @@ def three_beats(count: int, database_url: str, broker: str, tmp: Path) -> dict[s
         runs = JobRun.objects.filter(scheduled_for=anchor)
         assert runs.count() == count, runs.count()
         assert queue.length() == count, "a slot published twice"
+        # Each beat logs its share once its tick ended (on RabbitMQ, its last confirms in).
+        fired = f"beat fired {count} slot(s)"
+        _wait(lambda: all(fired in processes.log(b) for b in beats), 120, "every beat's tick")
         shares = [
             sum(
                 int(x)
