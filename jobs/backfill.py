@@ -66,6 +66,9 @@ def plan(
         raise ValidationError({"max_runs": [f"Must be between 1 and {MAX_RUNS_LIMIT:,}."]})
     if since > until:
         raise ValidationError({"until": ["Must not be before since."]})
+    if since < slots.EPOCH:
+        # Slots are counted from it; and a date near year 1 has no room for the walk's arithmetic.
+        raise ValidationError({"since": [f"Must not be before {slots.EPOCH.isoformat()}."]})
     if until > now:
         raise ValidationError(
             {"until": [f"Must not be in the future (now is {now.isoformat(timespec='seconds')}): "
@@ -83,9 +86,13 @@ def plan(
         ).values_list("scheduled_for", flat=True)
     )
     missing: list[datetime] = []
-    slot = slots.next_slot(schedule, since - _BEFORE)
-    while slot is not None and slot <= until:
-        if slot not in on_record and calendars.is_active(slot, job.active_from, job.active_until):
+    # Only the slots in the job's active period are walked: a range of decades around an active
+    # week walks that week, not every slot of the decades.
+    first = max(since, job.active_from) if job.active_from else since
+    last = min(until, job.active_until) if job.active_until else until
+    slot = slots.next_slot(schedule, first - _BEFORE)
+    while slot is not None and slot <= last:
+        if slot not in on_record:
             if len(missing) == max_runs:
                 raise ValidationError(
                     {"max_runs": [f"The range has more than {max_runs:,} slots without a run: "

@@ -21,6 +21,7 @@ from jobs.beat import coalescing
 from jobs.exceptions import NotTriggerable
 from jobs.guard import run_records
 from jobs.models import AuditEntry, Job, JobRun, RunStatus, Trigger
+from jobs.schedule import slots
 from jobs.schedule.kinds import Cron, Every
 from jobs.web import tokens
 
@@ -125,8 +126,18 @@ def test_a_dry_run_counts_and_makes_nothing(make_job: Callable[..., Job]) -> Non
         (DAY, DAY, {"max_runs": backfill.MAX_RUNS_LIMIT + 1}, "max_runs"),
         (DAY + timedelta(hours=1), DAY, {}, "until"),
         (DAY, datetime(2999, 1, 1, tzinfo=UTC), {}, "until"),
+        (datetime(1, 1, 1, tzinfo=UTC), DAY, {}, "since"),
+        (datetime(1969, 12, 31, 23, 59, tzinfo=UTC), DAY, {}, "since"),
     ],
-    ids=["over the cap", "cap of zero", "cap above the limit", "until before since", "future"],
+    ids=[
+        "over the cap",
+        "cap of zero",
+        "cap above the limit",
+        "until before since",
+        "future",
+        "year one",
+        "before the epoch",
+    ],
 )
 def test_a_range_it_cannot_fill_is_refused_naming_the_field_and_makes_nothing(
     make_job: Callable[..., Job],
@@ -140,6 +151,19 @@ def test_a_range_it_cannot_fill_is_refused_naming_the_field_and_makes_nothing(
         fill("fill", since, until, **options)
     assert field in info.value.message_dict
     assert not JobRun.objects.filter(job=job).exists()
+
+
+def test_only_the_job_s_active_period_is_walked(make_job: Callable[..., Job]) -> None:
+    """A range of decades (from the epoch) around an active hour makes that hour's slots (a walk
+    of every minute since 1970 would pass the cap of 10,000 long before)."""
+    job = make_job("window", schedule=MINUTELY)
+    Job.objects.filter(pk=job.pk).update(
+        active_from=DAY, active_until=DAY + timedelta(minutes=59, seconds=30)
+    )
+    result = fill("window", slots.EPOCH, DAY + timedelta(days=1), max_runs=10_000)
+    assert result.created == 60
+    runs = backfill_runs(job)
+    assert runs[0].scheduled_for == DAY and runs[-1].scheduled_for == DAY + timedelta(minutes=59)
 
 
 def test_a_continuous_job_has_no_slots_to_backfill(make_job: Callable[..., Job]) -> None:
