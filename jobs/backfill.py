@@ -88,8 +88,7 @@ def plan(
     missing: list[datetime] = []
     # Only the slots in the job's active period are walked: a range of decades around an active
     # week walks that week, not every slot of the decades.
-    first = max(since, job.active_from) if job.active_from else since
-    last = min(until, job.active_until) if job.active_until else until
+    first, last = calendars.active_span(since, until, job.active_from, job.active_until)
     slot = slots.next_slot(schedule, first - _BEFORE)
     while slot is not None and slot <= last:
         if slot not in on_record:

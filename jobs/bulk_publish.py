@@ -208,6 +208,7 @@ class _Confirms:
         while any(tag <= last for tag in self.outstanding):
             self.channel.wait([spec.Basic.Ack, spec.Basic.Nack], timeout=CONFIRM_TIMEOUT)
         refused = sum(1 for tag in self.nacked if first <= tag <= last)
+        self.nacked = {tag for tag in self.nacked if tag > last}
         if refused:
             raise ConnectionError(f"RabbitMQ refused {refused} message(s) of the chunk")
 
@@ -242,7 +243,7 @@ class Burst:
         self.producer = producer
         self.sent = 0
         self._templates: dict[tuple[Any, ...], _Template] = {}
-        self._amqp = _transport(producer) == "amqp"
+        self._driver = _transport(producer)
         self._confirms: _Confirms | None = None
         self._unconfirmed: _Unconfirmed | None = None
 
@@ -266,9 +267,9 @@ class Burst:
                     self._templates[shape] = template = _template(run, self.producer)
                     for entity in template.declare:
                         self.producer.maybe_declare(entity)
-            if self._amqp:
+            if self._driver == "amqp":
                 self._publish_confirmed(runs, shapes)
-            elif _transport(self.producer) == "redis" and self.producer.supports_batch_publish:
+            elif self._driver == "redis" and self.producer.supports_batch_publish:
                 with self.producer.batch(max_size=max(len(runs), 1)):
                     buffered = self._publish_each(self.producer, runs, shapes)
                 self.sent += buffered  # once the pipeline went out whole

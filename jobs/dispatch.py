@@ -152,7 +152,9 @@ class Publishing:
     """Runs handed over chunk after chunk (``add``); ``sent`` counts the messages the broker
     took, final once ``publishing``'s block ends."""
 
-    def __init__(self, producer: Any, burst: bulk_publish.Burst | None, sent_event: bool) -> None:
+    def __init__(
+        self, producer: Any, burst: bulk_publish.Burst | None, sent_event: bool = False
+    ) -> None:
         self.producer = producer
         self.burst = burst
         self.sent_event = sent_event
@@ -201,7 +203,7 @@ def publishing(producer: Any = None, *, burst: bool = False) -> Iterator[Publish
             current_app.producer_or_acquire(producer) as acquired,
             bulk_publish.Burst(acquired) as bulk,
         ):
-            yield Publishing(acquired, bulk, sent_event=False)
+            yield Publishing(acquired, bulk)
     else:
         yield Publishing(producer, None, sent_event=not burst)
 

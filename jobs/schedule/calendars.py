@@ -68,3 +68,15 @@ def is_active(slot: datetime, active_from: datetime | None, active_until: dateti
     return (active_from is None or slot >= active_from) and (
         active_until is None or slot <= active_until
     )
+
+
+def active_span(
+    since: datetime, until: datetime, active_from: datetime | None, active_until: datetime | None
+) -> tuple[datetime, datetime]:
+    """The part of ``[since, until]`` inside the job's active period (empty when the first end
+    comes after the second): the slots ``is_active`` accepts there, found without walking the
+    others."""
+    return (
+        max(since, active_from) if active_from else since,
+        min(until, active_until) if active_until else until,
+    )
