@@ -119,6 +119,8 @@ def validate_alert_reasons(value: object) -> None:
         raise ValidationError(
             f"Unknown reason(s) {', '.join(unknown)}: choose from {', '.join(JOB_ALERT_REASONS)}."
         )
+    if len(set(value)) != len(value):
+        raise ValidationError("Each reason at most once.")
 
 
 # The most runs of one job (per lock key) at once: each is a lease row that a claim may try.

@@ -449,6 +449,8 @@ def _names(value: Any) -> str | None:
         isinstance(item, str) and item and "\x00" not in item for item in value
     ):
         return "must be a list of job names (empty: none)"
+    if len(set(value)) != len(value):
+        return "must name each job at most once"
     return None
 
 

@@ -322,6 +322,11 @@ def test_the_api_patches_a_jobs_alert_settings(
         "/api/jobs/nightly", {"alert_reasons": ["late"]}, content_type="application/json"
     )
     assert refused.status_code == 400 and "alert_reasons" in refused.json()["fields"]
+    # The schema says each reason at most once (uniqueItems), and so does the answer.
+    twice = insider.patch(
+        "/api/jobs/nightly", {"alert_reasons": ["stuck", "stuck"]}, content_type="application/json"
+    )
+    assert twice.status_code == 400 and "at most once" in twice.json()["fields"]["alert_reasons"][0]
     assert Job.objects.get(name="nightly").alert_reasons == ["failed", "lost"]
 
 

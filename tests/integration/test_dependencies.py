@@ -195,6 +195,11 @@ def test_cli_adds_a_triggered_job_after_others_and_api_patches_them(
     assert api.get("/api/jobs/import").json()["before"] == ["report"]
     cycle = api.patch("/api/jobs/import", {"after": ["report"]}, content_type="application/json")
     assert cycle.status_code == 400 and "cycle" in cycle.json()["fields"]["after"][0]
+    twice = api.patch(
+        "/api/jobs/report", {"after": ["import", "import"]}, content_type="application/json"
+    )
+    assert twice.status_code == 400 and "at most once" in twice.json()["fields"]["after"][0]
+    assert api.get("/api/jobs/report").json()["after"] == ["import"]
     assert Job.objects.get(name="report").kind == JobKind.TRIGGERED  # a patch keeps the kind
 
 
