@@ -20,6 +20,17 @@ def database_now() -> datetime:
     return value
 
 
+def database_instant() -> datetime:
+    """PostgreSQL's clock at this instant (``clock_timestamp()``): one round trip. Unlike ``now()``
+    it is not the start of an enclosing transaction, so a clock measured inside one is not stale."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        row = cursor.fetchone()
+    assert row is not None
+    value: datetime = row[0]
+    return value
+
+
 def age_of(field: str) -> ExpressionWrapper:
     """How long ago the time in column ``field`` was, by the database's clock (an annotation)."""
     return ExpressionWrapper(Now() - F(field), output_field=DurationField())
