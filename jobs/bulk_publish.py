@@ -12,11 +12,12 @@ them), and workers, Flower and redelivery see nothing different.
 
 What changes is the sending: on Redis kombu's publish batch puts a chunk's ``LPUSH`` es in one
 pipeline (one round trip); on RabbitMQ a burst's chunks go out back to back on one channel in
-confirm mode, and a chunk's acknowledgements are awaited once for all of it, when the next
-chunk is handed over (``Burst``): the broker confirms one chunk while the beat inserts the
-next. Celery's ``before/after_task_publish`` signals fire once per template, not per message,
-and no ``task-sent`` events are sent (as for any burst: Flower shows each run once a worker
-receives it).
+confirm mode, each chunk's frames in one write (``jobs.amqp_frames``), and a chunk's
+acknowledgements are awaited once for all of it, when the next chunk is handed over
+(``Burst``): the broker confirms one chunk while the beat inserts the next. Celery's
+``before/after_task_publish`` signals fire once per template, not per message, and no
+``task-sent`` events are sent (as for any burst: Flower shows each run once a worker receives
+it).
 
 A chunk whose sending fails, or whose acknowledgements do not all come, leaves its runs
 ``scheduled``: maintenance re-publishes them, and a message that did arrive twice is a no-op at
@@ -37,6 +38,7 @@ from celery.utils.saferepr import saferepr
 from kombu import Producer
 
 from jobs import registry
+from jobs.amqp_frames import BufferedPublishing
 from jobs.models import Job
 
 log = logging.getLogger(__name__)
@@ -171,6 +173,8 @@ class _Confirms:
     def __init__(self, connection: Any) -> None:
         self.channel = connection.channel()
         self.channel.confirm_select()
+        # A chunk's messages framed into one write (jobs.amqp_frames).
+        self.publishing = BufferedPublishing(self.channel)
         self.published = 0
         self.outstanding: set[int] = set()
         self.nacked: set[int] = set()
@@ -283,6 +287,7 @@ class Burst:
             self._confirms = _Confirms(self.producer.connection)
         first = self._confirms.published + 1
         self._publish_each(self._confirms.producer, runs, shapes)
+        self._confirms.publishing.flush()
         if self._confirms.published >= first:
             self._unconfirmed = _Unconfirmed(
                 first, self._confirms.published, [run.run_id for run in runs]

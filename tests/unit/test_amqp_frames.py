@@ -1,0 +1,159 @@
+"""A RabbitMQ burst's frames (jobs.amqp_frames) are the bytes py-amqp writes for the same messages:
+the properties encoder against ``amqp.Message._serialize_properties`` on generated messages (one
+encoder for a whole sequence, so its reuse of what it encoded last is tried on values that
+change, repeat and change type), and a buffered channel's one write against py-amqp's writes."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import amqp
+import pytest
+from amqp import spec
+from amqp.method_framing import frame_writer
+from amqp.serialization import dumps
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kombu.transport.pyamqp import Channel as KombuChannel
+
+from jobs.amqp_frames import BufferedPublishing, PropertiesEncoder
+
+# Values a header may hold, with the ones equal across types (0, 0.0, False; 1, True) that
+# encode differently, and those nested in lists and tables.
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.sampled_from([0, 1, 0.0, 1.0, False, True, "", "1"]),
+    st.floats(allow_nan=False),
+    st.text(max_size=40),
+    st.binary(max_size=20),
+    st.decimals(places=2, min_value=-1000, max_value=1000),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+# A small set of header names, so that a sequence repeats names with other values.
+_headers = st.dictionaries(
+    st.sampled_from(["id", "task", "retries", "eta", "stamps", "ü"]), _values
+)
+_properties = st.fixed_dictionaries(
+    {},
+    optional={
+        "content_type": st.sampled_from(["application/json", "application/x-python-serialize"]),
+        "content_encoding": st.sampled_from(["utf-8", "binary"]),
+        "application_headers": _headers,
+        "delivery_mode": st.sampled_from([1, 2]),
+        "priority": st.integers(min_value=0, max_value=255),
+        "correlation_id": st.sampled_from(["a", "b"]) | st.uuids().map(str),
+        "reply_to": st.sampled_from(["", "reply"]),
+        "expiration": st.sampled_from(["1000", "60000"]),
+        "message_id": st.text(max_size=10),
+        "timestamp": st.integers(min_value=0, max_value=2**40),
+        "type": st.text(max_size=5),
+        "user_id": st.sampled_from(["guest"]),
+        "app_id": st.text(max_size=5),
+        "cluster_id": st.text(max_size=5),
+    },
+)
+
+
+def _py_amqp(properties: dict[str, Any]) -> bytes:
+    """The properties as py-amqp encodes them."""
+    message: Any = amqp.Message("", **properties)
+    return bytes(message._serialize_properties())
+
+
+def _valid(properties: dict[str, Any]) -> bool:
+    """Whether py-amqp encodes these (a short string is at most 255 bytes)."""
+    try:
+        _py_amqp(properties)
+    except Exception:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_properties, min_size=1, max_size=8))
+def test_the_encoder_writes_py_amqps_bytes_for_a_sequence_of_messages(
+    sequence: list[dict[str, Any]],
+) -> None:
+    encoder = PropertiesEncoder()
+    for properties in filter(_valid, sequence):
+        expected = _py_amqp(properties)
+        assert encoder.encode(properties) == expected, properties
+
+
+def test_equal_values_of_other_types_are_encoded_again() -> None:
+    encoder = PropertiesEncoder()
+    for value in [1, True, 1.0, Decimal("1"), "1", b"1", 1, [1], [True], {"a": 1}, {"a": True}]:
+        properties = {"application_headers": {"x": value}, "priority": 1}
+        expected = _py_amqp(properties)
+        assert encoder.encode(properties) == expected, value
+
+
+def _celery_headers(n: int) -> dict[str, Any]:
+    task_id = str(uuid.uuid4())
+    return {
+        "lang": "py", "task": "jobs.run", "id": task_id, "shadow": f"job-{n % 3}", "eta": None,
+        "expires": None, "group": None, "group_index": None, "retries": 0,
+        "timelimit": [None, 30], "root_id": task_id, "parent_id": None, "argsrepr": "()",
+        "kwargsrepr": f"{{'run_id': {n}}}", "origin": "gen1@host", "ignore_result": False,
+        "stamped_headers": None, "stamps": {},
+    }  # fmt: skip
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+
+def _connection(frame_max: int) -> Any:
+    def drain_events(timeout: float | None = None) -> None:
+        raise TimeoutError()
+
+    return SimpleNamespace(
+        frame_max=frame_max, transport=_Transport(), drain_events=drain_events, bytes_sent=0
+    )
+
+
+@pytest.mark.parametrize("frame_max", [131072, 4096])  # 4096: bodies split over frames
+def test_a_buffered_chunk_is_py_amqps_frames_in_one_write(frame_max: int) -> None:
+    connection = _connection(frame_max)
+    channel: Any = SimpleNamespace(connection=connection, channel_id=3)
+    channel.prepare_message = KombuChannel.prepare_message.__get__(channel)
+    publishing = BufferedPublishing(channel)
+
+    expected = _Transport()
+    write_frame = frame_writer(_connection(frame_max), expected)
+    for n in range(50):
+        body = (b'[[], {"run_id": %d}, {}]' % n) * (1 if n % 2 else 400)
+        headers = _celery_headers(n)
+        properties = {"correlation_id": headers["id"], "reply_to": "", "delivery_mode": 2}
+        message = channel.prepare_message(
+            body, n % 10, "application/json", "utf-8", headers, properties
+        )
+        channel.basic_publish(message, exchange="jobs", routing_key="q", mandatory=False)
+        reference = amqp.Message(
+            body, priority=n % 10, content_type="application/json", content_encoding="utf-8",
+            application_headers=headers, **properties,
+        )  # fmt: skip
+        write_frame(
+            1, 3, spec.Basic.Publish, dumps("Bssbb", (0, "jobs", "q", False, False)), reference
+        )
+
+    assert connection.transport.writes == []  # nothing sent before the flush
+    publishing.flush()
+    assert connection.transport.writes == [b"".join(expected.writes)]
+    publishing.flush()  # nothing buffered: nothing written
+    assert len(connection.transport.writes) == 1
