@@ -29,26 +29,44 @@ from amqp import spec
 from amqp.method_framing import frame_writer
 from amqp.serialization import dumps
 
-# Values whose equality is their encoding's: a cached encoding is reused only for a value of
-# exactly one of these types equal to the one encoded (1 == 1.0 == True, encoded differently).
+# Values whose equality is their encoding's: a cached encoding is reused for a value of exactly
+# one of these types equal to the one encoded (1 == 1.0 == True, each encoded differently).
 _SCALARS = (str, bytes, int, float, bool, type(None))
+# Containers are compared by their repr, which tells those apart ([1] and [True] are equal).
+_CONTAINERS = (list, tuple, dict)
 
 
 class _Encodings:
     """The last value seen under each name and its encoding."""
 
     def __init__(self) -> None:
-        self._last: dict[Any, tuple[Any, bytes]] = {}
+        self._last: dict[Any, tuple[type, Any, bytes]] = {}
+
+    @staticmethod
+    def _identity(value: Any) -> Any:
+        return repr(value) if type(value) in _CONTAINERS else value
 
     def get(self, name: Any, value: Any) -> bytes | None:
         last = self._last.get(name)
-        if last is None or type(last[0]) is not type(value) or type(value) not in _SCALARS:
+        kind = type(value)
+        if (
+            last is None
+            or last[0] is not kind
+            or (kind not in _SCALARS and kind not in _CONTAINERS)
+        ):
             return None
-        return last[1] if last[0] == value else None
+        return last[2] if last[1] == self._identity(value) else None
 
     def put(self, name: Any, value: Any, encoded: bytes) -> bytes:
-        self._last[name] = (value, encoded)
+        self._last[name] = (type(value), self._identity(value), encoded)
         return encoded
+
+
+def _short_string(value: str) -> bytes | None:
+    """A short string as ``dumps("s", ...)`` writes it, or None when it is not one (too long:
+    py-amqp's own encoding then raises its error)."""
+    encoded = value.encode("utf-8", "surrogatepass")
+    return pack("B", len(encoded)) + encoded if len(encoded) < 256 else None
 
 
 class PropertiesEncoder:
@@ -80,6 +98,10 @@ class PropertiesEncoder:
         cached = self._properties.get(name, value)
         if cached is not None:
             return cached
+        if kind == "s" and type(value) is str:  # a task id: new in every message
+            fast = _short_string(value)
+            if fast is not None:
+                return self._properties.put(name, value, fast)
         # dumps writes each value of its list in turn (no bit fields among the properties), so
         # one value encoded alone is its piece of the whole.
         return self._properties.put(name, value, dumps(kind, (value,)))
@@ -89,12 +111,20 @@ class PropertiesEncoder:
         for key, value in table.items():
             cached = self._headers.get(key, value)
             if cached is None:
-                # A table of this one item, without the table's length: the item as the whole
-                # table encodes it.
-                cached = self._headers.put(key, value, dumps("F", ({key: value},))[4:])
+                cached = self._headers.put(key, value, self._item(key, value))
             items.append(cached)
         body = b"".join(items)
         return pack(">I", len(body)) + body
+
+    def _item(self, key: str, value: Any) -> bytes:
+        if type(value) is str and type(key) is str:  # a task id, a repr: new in every message
+            name = _short_string(key)
+            if name is not None:
+                encoded = value.encode("utf-8", "surrogatepass")
+                return name + pack(">cI", b"S", len(encoded)) + encoded
+        # A table of this one item, without the table's length: the item as the whole table
+        # encodes it.
+        return dumps("F", ({key: value},))[4:]
 
 
 class _Message(amqp.Message):

@@ -93,10 +93,26 @@ def test_the_encoder_writes_py_amqps_bytes_for_a_sequence_of_messages(
 
 def test_equal_values_of_other_types_are_encoded_again() -> None:
     encoder = PropertiesEncoder()
-    for value in [1, True, 1.0, Decimal("1"), "1", b"1", 1, [1], [True], {"a": 1}, {"a": True}]:
+    values = [1, True, 1.0, Decimal("1"), "1", b"1", 1, [1], [True], (1,), {"a": 1}, {"a": True}]
+    for value in [*values, "\ud800", "é" * 300, [1], {"a": 1}]:
         properties = {"application_headers": {"x": value}, "priority": 1}
         expected = _py_amqp(properties)
         assert encoder.encode(properties) == expected, value
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"application_headers": {"k" * 256: "v"}},  # a key longer than a short string
+        {"correlation_id": "é" * 200},  # 400 bytes: too long for a short string
+        {"application_headers": {"k": object()}},  # no AMQP type
+    ],
+)
+def test_what_py_amqp_cannot_encode_fails_as_in_py_amqp(properties: dict[str, Any]) -> None:
+    with pytest.raises(Exception) as expected:
+        _py_amqp(properties)
+    with pytest.raises(expected.type):
+        PropertiesEncoder().encode(properties)
 
 
 def _celery_headers(n: int) -> dict[str, Any]:
