@@ -37,28 +37,29 @@ _CONTAINERS = (list, tuple, dict)
 
 
 class _Encodings:
-    """The last value seen under each name and its encoding."""
+    """The last value seen under each name, and its encoding."""
 
     def __init__(self) -> None:
         self._last: dict[Any, tuple[type, Any, bytes]] = {}
 
-    @staticmethod
-    def _identity(value: Any) -> Any:
-        return repr(value) if type(value) in _CONTAINERS else value
-
-    def get(self, name: Any, value: Any) -> bytes | None:
-        last = self._last.get(name)
+    def find(self, name: Any, value: Any) -> tuple[Any, bytes | None]:
+        """What identifies ``value`` (None for a value never reused) and, when it is the value
+        encoded last under ``name``, that encoding."""
         kind = type(value)
-        if (
-            last is None
-            or last[0] is not kind
-            or (kind not in _SCALARS and kind not in _CONTAINERS)
-        ):
-            return None
-        return last[2] if last[1] == self._identity(value) else None
+        if kind in _CONTAINERS:
+            identity = repr(value)
+        elif kind in _SCALARS:
+            identity = value
+        else:
+            return None, None
+        last = self._last.get(name)
+        if last is not None and last[0] is kind and last[1] == identity:
+            return identity, last[2]
+        return identity, None
 
-    def put(self, name: Any, value: Any, encoded: bytes) -> bytes:
-        self._last[name] = (type(value), self._identity(value), encoded)
+    def keep(self, name: Any, value: Any, identity: Any, encoded: bytes) -> bytes:
+        if identity is not None or value is None:
+            self._last[name] = (type(value), identity, encoded)
         return encoded
 
 
@@ -95,23 +96,24 @@ class PropertiesEncoder:
     def _property(self, name: str, kind: str, value: Any) -> bytes:
         if kind == "F":
             return self._table(value)
-        cached = self._properties.get(name, value)
+        identity, cached = self._properties.find(name, value)
         if cached is not None:
             return cached
         if kind == "s" and type(value) is str:  # a task id: new in every message
             fast = _short_string(value)
             if fast is not None:
-                return self._properties.put(name, value, fast)
+                return self._properties.keep(name, value, identity, fast)
         # dumps writes each value of its list in turn (no bit fields among the properties), so
         # one value encoded alone is its piece of the whole.
-        return self._properties.put(name, value, dumps(kind, (value,)))
+        return self._properties.keep(name, value, identity, dumps(kind, (value,)))
 
     def _table(self, table: dict[str, Any]) -> bytes:
         items = []
+        find, keep = self._headers.find, self._headers.keep
         for key, value in table.items():
-            cached = self._headers.get(key, value)
+            identity, cached = find(key, value)
             if cached is None:
-                cached = self._headers.put(key, value, self._item(key, value))
+                cached = keep(key, value, identity, self._item(key, value))
             items.append(cached)
         body = b"".join(items)
         return pack(">I", len(body)) + body
