@@ -21,6 +21,8 @@ server (created afresh, dropped at the end), and on queues of its own on the bro
   by the worker) when celery-singleton is installed. Each function appends its start time to a
   file; throughput is (tasks - 1) / (last start - first start), so worker start-up is not
   counted. ``--rounds`` alternate the kinds; the median per kind is reported.
+  ``--without-run-triggers`` measures the same with the run table's deferred triggers (alerts,
+  dependencies) disabled, to size their share (a diagnosis: the platform needs them).
 """
 
 from __future__ import annotations
@@ -298,6 +300,19 @@ class Throughput:
         JobRun.objects.all().delete()
 
 
+def _disable_run_triggers() -> None:
+    """The run table's deferred triggers off, in the bench's own database only."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for trigger in (
+            "jobs_run_outcome_alerts",
+            "jobs_run_recorded_alerts",
+            "jobs_follow_upstreams",
+        ):
+            cursor.execute(f"ALTER TABLE jobs_jobrun DISABLE TRIGGER {trigger}")
+
+
 def _create_floor_rows() -> None:
     from django.db import connection
 
@@ -406,6 +421,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also time the claim and finish with this many finished runs analysed beforehand",
     )
+    parser.add_argument(
+        "--without-run-triggers",
+        action="store_true",
+        help="diagnosis: disable the run table's deferred triggers (alerts, dependencies) to "
+        "size their share of a guarded run; the platform never runs without them",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
 
@@ -424,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         call_command("migrate", verbosity=0)
+        if args.without_run_triggers:
+            _disable_run_triggers()
         print(f"latency: {args.samples} samples per statement...", flush=True)
         latency = measure_latency(args.samples, args.quiet_hour_runs)
         if args.through_pgbouncer:
