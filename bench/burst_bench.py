@@ -175,24 +175,18 @@ def _frames(channel: Any, messages: list[Any], routing_key: str) -> list[tuple[i
     clock starts: the floor times only their sending and confirmation."""
     from amqp import spec
     from amqp.method_framing import frame_writer
-    from amqp.serialization import dumps
 
-    class Collect:
-        def __init__(self) -> None:
-            self.data: list[bytes] = []
+    from jobs.amqp_frames import FrameBuffer, publish_arguments
 
-        def write(self, data: Any) -> None:
-            self.data.append(bytes(data))
-
-    arguments = dumps("Bssbb", (0, "", routing_key, False, False))
+    arguments = publish_arguments("", routing_key)
+    frames = FrameBuffer()
+    write_frame = frame_writer(channel.connection, frames)
     chunks = []
     for start in range(0, len(messages), CHUNK):
-        collect = Collect()
-        write_frame = frame_writer(channel.connection, collect)
         chunk = messages[start : start + CHUNK]
         for message in chunk:
             write_frame(1, channel.channel_id, spec.Basic.Publish, arguments, message)
-        chunks.append((len(chunk), b"".join(collect.data)))
+        chunks.append((len(chunk), frames.take()))
     return chunks
 
 

@@ -21,6 +21,7 @@ producer pool), so nothing else writes on it between a chunk's first publish and
 from __future__ import annotations
 
 import contextlib
+from functools import lru_cache
 from struct import pack
 from typing import Any
 
@@ -36,6 +37,10 @@ _SCALARS = (str, bytes, int, float, bool, type(None))
 _CONTAINERS = (list, tuple, dict)
 
 
+# What ``_Encodings.find`` returns for a value of another type: its encoding is never reused.
+_NEVER_REUSED = object()
+
+
 class _Encodings:
     """The last value seen under each name, and its encoding."""
 
@@ -43,22 +48,22 @@ class _Encodings:
         self._last: dict[Any, tuple[type, Any, bytes]] = {}
 
     def find(self, name: Any, value: Any) -> tuple[Any, bytes | None]:
-        """What identifies ``value`` (None for a value never reused) and, when it is the value
-        encoded last under ``name``, that encoding."""
+        """What identifies ``value`` (``_NEVER_REUSED`` for a value of another type) and, when
+        it is the value encoded last under ``name``, that encoding."""
         kind = type(value)
         if kind in _CONTAINERS:
             identity = repr(value)
         elif kind in _SCALARS:
             identity = value
         else:
-            return None, None
+            return _NEVER_REUSED, None
         last = self._last.get(name)
         if last is not None and last[0] is kind and last[1] == identity:
             return identity, last[2]
         return identity, None
 
     def keep(self, name: Any, value: Any, identity: Any, encoded: bytes) -> bytes:
-        if identity is not None or value is None:
+        if identity is not _NEVER_REUSED:
             self._last[name] = (type(value), identity, encoded)
         return encoded
 
@@ -139,14 +144,28 @@ class _Message(amqp.Message):
         return self.encoder.encode(self.properties)
 
 
-class _Frames:
+class FrameBuffer:
     """A transport stand-in for py-amqp's frame writer: keeps what it would send."""
 
     def __init__(self) -> None:
-        self.pending: list[bytes] = []
+        self._pending: list[bytes] = []
 
     def write(self, data: Any) -> None:
-        self.pending.append(bytes(data))  # the writer reuses its buffer: copy the frames out
+        self._pending.append(bytes(data))  # the writer reuses its buffer: copy the frames out
+
+    def take(self) -> bytes:
+        """Everything written since the last ``take``, in order."""
+        data, self._pending = b"".join(self._pending), []
+        return data
+
+
+@lru_cache(maxsize=1024)
+def publish_arguments(
+    exchange: str, routing_key: str, mandatory: bool = False, immediate: bool = False
+) -> bytes:
+    """``basic.publish``'s arguments as py-amqp's ``Channel._basic_publish`` encodes them (the
+    same few for every message of a job shape)."""
+    return dumps("Bssbb", (0, exchange, routing_key, mandatory, immediate))
 
 
 class BufferedPublishing:
@@ -156,7 +175,7 @@ class BufferedPublishing:
     def __init__(self, channel: Any) -> None:
         self._channel = channel
         self._connection = channel.connection  # py-amqp's
-        self._frames = _Frames()
+        self._frames = FrameBuffer()
         self._write_frame = frame_writer(self._connection, self._frames)
         self._encoder = PropertiesEncoder()
         kombu_prepare = channel.prepare_message
@@ -181,15 +200,15 @@ class BufferedPublishing:
     ) -> None:
         # As py-amqp's Channel._basic_publish frames it (send_method's arguments), minus the
         # poll before each message and the write.
-        arguments = dumps("Bssbb", (0, exchange, routing_key, mandatory, immediate))
+        arguments = publish_arguments(exchange, routing_key, mandatory, immediate)
         self._write_frame(1, self._channel.channel_id, spec.Basic.Publish, arguments, message)
 
     def flush(self) -> None:
         """Send the buffered frames in one write, after one poll of the socket for what the
         broker sent (a ``connection.blocked`` notice, confirms)."""
-        pending, self._frames.pending = self._frames.pending, []
-        if not pending:
+        data = self._frames.take()
+        if not data:
             return
         with contextlib.suppress(TimeoutError):  # nothing came
             self._connection.drain_events(timeout=0)
-        self._connection.transport.write(b"".join(pending))
+        self._connection.transport.write(data)

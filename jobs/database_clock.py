@@ -12,19 +12,18 @@ from django.db.models.functions import Now
 
 def database_now() -> datetime:
     """PostgreSQL's ``now()``: one round trip."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        row = cursor.fetchone()
-    assert row is not None
-    value: datetime = row[0]
-    return value
+    return _select("now()")
 
 
 def database_instant() -> datetime:
     """PostgreSQL's clock at this instant (``clock_timestamp()``): one round trip. Unlike ``now()``
     it is not the start of an enclosing transaction, so a clock measured inside one is not stale."""
+    return _select("clock_timestamp()")
+
+
+def _select(function: str) -> datetime:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
+        cursor.execute(f"SELECT {function}")
         row = cursor.fetchone()
     assert row is not None
     value: datetime = row[0]
