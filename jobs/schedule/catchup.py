@@ -42,12 +42,15 @@ def plan(
     window = slots_in(schedule, after, newest, MAX_MISSED_RECORDED)
     older = window.slots[:-1]
     age = now - newest
+    within_deadline = age <= timedelta(seconds=start_deadline)
     if policy == CatchUp.NONE:
-        run_newest = age < _grace(schedule, newest)
+        # The current slot still runs within its grace, but never past the job's start deadline:
+        # the worker would only record it missed.
+        run_newest = age < _grace(schedule, newest) and within_deadline
         reason = f"{why}; catch-up policy none runs nothing late"
         newest_reason = reason
     else:
-        run_newest = age <= timedelta(seconds=start_deadline)
+        run_newest = within_deadline
         reason = f"{why}; catch-up policy latest runs only the newest missed slot"
         newest_reason = (
             f"{why}; the newest missed slot, but past its start deadline of {start_deadline:g} s"

@@ -51,6 +51,15 @@ def test_none_records_everything_but_a_current_slot() -> None:
     assert short.run is None
 
 
+def test_none_never_runs_the_current_slot_past_its_start_deadline() -> None:
+    # Found by the property below: a 1 s deadline is shorter than the current slot's grace.
+    decided = plan(
+        Every(10), after=_s(40), now=_s(53), policy="none", start_deadline=1, why=NO_BEAT
+    )
+    assert decided.run is None
+    assert [slot for slot, _ in decided.missed] == [_s(50)]
+
+
 def test_nothing_owed_keeps_the_position() -> None:
     decided = plan(
         Every(60), after=_s(0), now=_s(59), policy="latest", start_deadline=300, why=NO_BEAT
