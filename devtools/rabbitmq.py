@@ -44,12 +44,34 @@ STOP_TIMEOUT = 30.0
 USER = "jobs-test"
 
 
+class NodeProcess:
+    """The node's Erlang VM, which a test may kill (SIGKILL, as a crash) and start again on the
+    same data folder: durable queues and the persistent messages RabbitMQ confirmed survive."""
+
+    def __init__(self, folder: Path, env: Mapping[str, str], amqp_port: int, password: str):
+        self.folder, self.env, self.amqp_port, self.password = folder, env, amqp_port, password
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.server = _start_server(self.folder, self.env)
+        _wait_for_amqp(self.server, self.folder, self.amqp_port, self.password)
+
+    def kill(self) -> None:
+        """Kill the whole VM at once: no clean shutdown, nothing flushed that was not already."""
+        if self.server is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.server.pid, signal.SIGKILL)
+            self.server.wait()
+            self.server = None
+
+
 @dataclass(frozen=True)
 class PrivateNode:
     name: str
     amqp_port: int
     amqp_url: str
     rabbitmqctl: Path  # runs the package's rabbitmqctl against this node
+    process: NodeProcess | None = None
 
     def as_env(self) -> dict[str, str]:
         return {"JOBS_TEST_AMQP_URL": self.amqp_url, "JOBS_TEST_RABBITMQCTL": str(self.rabbitmqctl)}
@@ -86,15 +108,18 @@ def private_rabbitmq_node() -> Iterator[PrivateNode]:
         rabbitmqctl = _write_rabbitmqctl(folder, name, env)
         with _process(_start_epmd(folder, epmd_port, env), "epmd"):
             started = time.monotonic()
-            server = _start_server(folder, env)
-            with _process(server, "RabbitMQ"):
-                _wait_for_amqp(server, folder, amqp_port, password)
+            process = NodeProcess(folder, env, amqp_port, password)
+            try:
+                process.start()
                 log.info(
                     "private RabbitMQ %s ready in %.1fs on port %d",
                     name, time.monotonic() - started, amqp_port,
                 )  # fmt: skip
                 url = f"amqp://{USER}:{password}@{LOOPBACK}:{amqp_port}/"
-                yield PrivateNode(name, amqp_port, url, rabbitmqctl)
+                yield PrivateNode(name, amqp_port, url, rabbitmqctl, process)
+            finally:
+                if process.server is not None:  # else killed, and not started again
+                    _stop(process.server, "RabbitMQ")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -227,20 +252,25 @@ def _wait_until(
 
 @contextlib.contextmanager
 def _process(process: subprocess.Popen[bytes], what: str) -> Iterator[None]:
-    """Stop ``process`` on exit: SIGTERM (RabbitMQ's script stops the node gracefully), then its
-    whole process group, so no VM helper (erl_child_setup, inet_gethost) outlives it."""
+    """Stop ``process`` on exit (``_stop``)."""
     try:
         yield
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            log.warning("%s did not stop in %.0fs; killing it", what, STOP_TIMEOUT)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        _stop(process, what)
+
+
+def _stop(process: subprocess.Popen[bytes], what: str) -> None:
+    """SIGTERM (RabbitMQ's script stops the node gracefully), then the whole process group, so
+    no VM helper (erl_child_setup, inet_gethost) outlives it."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        log.warning("%s did not stop in %.0fs; killing it", what, STOP_TIMEOUT)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def _tail(logfile: Path, lines: int = 30) -> str:

@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import amqp
+import kombu
 import pytest
 import redis
 from celery import current_app
@@ -21,6 +23,7 @@ from django.utils import timezone
 
 from bench.beat_bench import create_jobs
 from devtools.__main__ import flower_state_options
+from devtools.rabbitmq import private_rabbitmq_node
 from devtools.services import free_port, start_redis
 from jobs import bulk_publish, dispatch
 from jobs.audit import Actor
@@ -303,3 +306,72 @@ def test_a_redis_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path)
         cluster.stop_all()
         server.kill()
         server.wait()
+
+
+def _queued(channel: Any, url: str, queue: str) -> tuple[Any, int]:
+    """The messages waiting in ``queue`` on RabbitMQ (0 before the beats declared it), and the
+    channel to ask on next time (a passive declare of a missing queue closes its channel)."""
+    if channel is None or not channel.is_open:
+        channel = kombu.Connection(url, connect_timeout=5).channel()
+    try:
+        _, messages, _ = channel.queue_declare(queue, passive=True)
+    except amqp.exceptions.NotFound:
+        return channel, 0
+    return channel, int(messages)
+
+
+def test_a_rabbitmq_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path) -> None:
+    """The RabbitMQ form of the test above, for the burst's confirm channel and its one write per
+    chunk (``jobs.amqp_frames``): 2,000 slots due at once from two beats into a RabbitMQ node of
+    the test's own. Once part of the burst is queued, the beats are frozen mid-burst, the node's
+    VM is killed (SIGKILL: whatever it had not written to disk is gone, and chunks handed over
+    but not confirmed are in doubt), the beats go on against a dead broker for a second, and the
+    node starts again on its data; only then a worker starts. Every run executes, once."""
+    beats = ("beat-1", "beat-2")
+    with private_rabbitmq_node() as node:
+        assert node.process is not None
+        try:
+            cluster.use_broker(node.amqp_url)
+            for name in beats:
+                cluster.start_beat(name, env=BEAT_ENV)
+            wait_for(
+                lambda: all("beat loaded" in cluster.log_of(name) for name in beats),
+                90,
+                "both beats loaded",
+            )
+            log = tmp_path / "executions.log"
+            slot = timezone.now().replace(microsecond=0) + timedelta(seconds=8)
+            create_jobs(
+                2_000, queue=cluster.queue, task="tests.record", every=lambda n: 3600,
+                anchor=slot, prefix="killed", kwargs=lambda n: {"log": str(log)},
+            )  # fmt: skip
+            jobs = list(Job.objects.filter(name__startswith="killed-"))
+            assert timezone.now() < slot - timedelta(seconds=2), "jobs made too slowly for the slot"
+
+            channel: Any = None
+
+            def part_queued() -> bool:
+                nonlocal channel
+                channel, count = _queued(channel, node.amqp_url, cluster.queue)
+                return count >= 300
+
+            wait_for(part_queued, 60, "part of the burst in RabbitMQ", poll=0.002)
+            for name in beats:
+                cluster.kill(name, signal.SIGSTOP)
+            assert channel is not None
+            channel, queued = _queued(channel, node.amqp_url, cluster.queue)
+            assert queued < len(jobs), "the whole burst was out before the beats froze"
+            channel.connection.close()
+            node.process.kill()
+            for name in beats:
+                cluster.kill(name, signal.SIGCONT)
+            time.sleep(1)  # the outage: the beats' next publishes meet no broker
+            node.process.start()
+            cluster.start_worker("worker", concurrency=4)
+
+            wait_for(lambda: _all_done(jobs), 180, "every run of the burst succeeded")
+            runs = _assert_each_ran_once(jobs, log)
+            assert any(run.dispatched_at and run.dispatched_at > slot + timedelta(seconds=1)
+                       for run in runs), "no run was re-published"  # fmt: skip
+        finally:
+            cluster.stop_all()
