@@ -27,18 +27,19 @@ the claim.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+import kombu.serialization
 from celery import current_app
 from celery.utils.saferepr import saferepr
 from kombu import Producer
 
 from jobs import registry
-from jobs.amqp_frames import BufferedPublishing
+from jobs.amqp_frames import BufferedPublishing, MessageFrames
 from jobs.models import Job
 
 log = logging.getLogger(__name__)
@@ -92,15 +93,23 @@ class _Template:
             headers[key] = task_id
         if headers.get("shadow") is not None:
             headers["shadow"] = job
-        headers["kwargsrepr"] = (
-            _kwargs_repr(kwargs) if self.composed_repr else saferepr(kwargs, _repr_limit())
-        )
+        headers["kwargsrepr"] = self.kwargs_repr(kwargs)
         publish_kwargs = dict(self.publish_kwargs)
         for key in self.task_id_kwargs:
             publish_kwargs[key] = task_id
         publish_kwargs["headers"] = headers
         args, _, embed = self.body
         producer.publish((args, kwargs, embed), **publish_kwargs)
+
+    def kwargs_repr(self, kwargs: dict[str, Any]) -> str:
+        return _kwargs_repr(kwargs) if self.composed_repr else saferepr(kwargs, _repr_limit())
+
+    def body_bytes(self, kwargs: dict[str, Any], encoding: str) -> bytes:
+        """The message body kombu's publish serializes, encoded as py-amqp sends it."""
+        args, _, embed = self.body
+        serializer = self.publish_kwargs.get("serializer")
+        _, _, payload = kombu.serialization.dumps((args, kwargs, embed), serializer=serializer)
+        return payload.encode(encoding) if isinstance(payload, str) else payload
 
 
 def _repr_limit() -> int:
@@ -190,6 +199,58 @@ class _Confirms:
                 return result
 
         self.producer = _Counting(self.channel, auto_declare=False)
+        # Each shape's messages compiled to frames (jobs.amqp_frames.MessageFrames), or None
+        # where they could not be: those go through kombu's publish.
+        self._compiled: dict[tuple[Any, ...], MessageFrames | None] = {}
+
+    def send(
+        self, shape: tuple[Any, ...], template: _Template, task_id: str,
+        kwargs: dict[str, Any], job: str,
+    ) -> None:  # fmt: skip
+        """Buffer one run's message, until ``publishing.flush``."""
+        if shape in self._compiled:
+            compiled = self._compiled[shape]
+        else:
+            compiled = self._compiled[shape] = self._compile(template, task_id, kwargs, job)
+        if compiled is None:
+            template.publish(self.producer, task_id, kwargs, job)
+            return
+        body = template.body_bytes(kwargs, compiled.encoding)
+        values = {"task_id": task_id, "kwargsrepr": template.kwargs_repr(kwargs), "job": job}
+        self.publishing.add(compiled.frames(body, values))
+        self.published += 1
+        self.outstanding.add(self.published)
+
+    def _compile(
+        self, template: _Template, task_id: str, kwargs: dict[str, Any], job: str
+    ) -> MessageFrames | None:
+        """The frames of ``template``'s messages, compiled from the message kombu makes for
+        this run; None when kombu's message is not the template's with the run's values in
+        the open fields (a body serialized otherwise, compression...)."""
+        plain = Producer(self.channel, auto_declare=False)
+        message, arguments = self.publishing.capture(
+            lambda: template.publish(plain, task_id, kwargs, job)
+        )
+        properties = message.properties
+        headers = properties.get("application_headers") or {}
+        open_properties = {
+            name: "task_id" for name, value in properties.items()
+            if name != "application_headers" and value == task_id
+        }  # fmt: skip
+        open_headers = {key: "task_id" for key, value in headers.items() if value == task_id}
+        open_headers["kwargsrepr"] = "kwargsrepr"
+        if headers.get("shadow") is not None:
+            open_headers["shadow"] = "job"
+        encoding = properties.get("content_encoding") or "utf-8"
+        body = message.body if isinstance(message.body, bytes) else message.body.encode(encoding)
+        if template.body_bytes(kwargs, encoding) != body:
+            return None
+        values = {"task_id": task_id, "kwargsrepr": template.kwargs_repr(kwargs), "job": job}
+        return MessageFrames.compile(
+            message, channel_id=self.publishing.channel_id, frame_max=self.publishing.frame_max,
+            arguments=arguments, open_properties=open_properties, open_headers=open_headers,
+            values=values,
+        )  # fmt: skip
 
     def _on_ack(self, tag: int, multiple: bool) -> None:
         if multiple:
@@ -275,10 +336,10 @@ class Burst:
                 self._publish_confirmed(runs, shapes)
             elif self._driver == "redis" and self.producer.supports_batch_publish:
                 with self.producer.batch(max_size=max(len(runs), 1)):
-                    buffered = self._publish_each(self.producer, runs, shapes)
+                    buffered = self._publish_each(self._send, runs, shapes)
                 self.sent += buffered  # once the pipeline went out whole
             else:
-                self.sent += self._publish_each(self.producer, runs, shapes)
+                self.sent += self._publish_each(self._send, runs, shapes)
         except Exception:
             self._chunk_failed([run.run_id for run in runs])
 
@@ -286,22 +347,31 @@ class Burst:
         if self._confirms is None:
             self._confirms = _Confirms(self.producer.connection)
         first = self._confirms.published + 1
-        self._publish_each(self._confirms.producer, runs, shapes)
+        self._publish_each(self._confirms.send, runs, shapes)
         self._confirms.publishing.flush()
         if self._confirms.published >= first:
             self._unconfirmed = _Unconfirmed(
                 first, self._confirms.published, [run.run_id for run in runs]
             )
 
-    def _publish_each(self, sender: Any, runs: Sequence[Publication], shapes: list[Any]) -> int:
+    def _send(
+        self, shape: tuple[Any, ...], template: _Template, task_id: str,
+        kwargs: dict[str, Any], job: str,
+    ) -> None:  # fmt: skip
+        template.publish(self.producer, task_id, kwargs, job)
+
+    def _publish_each(
+        self, send: Callable[..., None], runs: Sequence[Publication], shapes: list[Any]
+    ) -> int:
         from jobs.dispatch import task_id_for
 
         buffered = 0
         for run, shape in zip(runs, shapes, strict=True):
             try:
-                self._templates[shape].publish(
-                    sender, task_id_for(run.run_id), _run_kwargs(run), run.job.name
-                )
+                send(
+                    shape, self._templates[shape], task_id_for(run.run_id), _run_kwargs(run),
+                    run.job.name,
+                )  # fmt: skip
             except Exception:
                 log.exception(
                     "publish failed; the run stays scheduled for maintenance to re-publish",

@@ -26,6 +26,7 @@ from devtools.__main__ import flower_state_options
 from devtools.rabbitmq import private_rabbitmq_node
 from devtools.services import free_port, start_redis
 from jobs import bulk_publish, dispatch
+from jobs.amqp_frames import BufferedPublishing
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import At, Every
@@ -74,11 +75,20 @@ def _drain(url: str, queue: str) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
-def test_bulk_messages_are_send_tasks_own(broker: Broker) -> None:
+def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     """For jobs of every shape (a job function, two jobs sharing one template but not a display
     name, a priority, a hard time limit, a plain Celery task through the runner task), each
     run's message from a burst equals the one ``send_task`` makes: headers, body bytes and
-    properties (but the broker's delivery tag)."""
+    properties (but the broker's delivery tag). On RabbitMQ every one of them was framed by
+    the compiled frames (``amqp_frames.MessageFrames``), not by kombu and py-amqp."""
+    compiled: list[bytes] = []  # what the burst buffered as compiled frames
+    add = BufferedPublishing.add
+
+    def counted_add(self: BufferedPublishing, frames: bytes) -> None:
+        compiled.append(frames)
+        add(self, frames)
+
+    monkeypatch.setattr(BufferedPublishing, "add", counted_add)
     queue = f"bulk-identical-{broker.kind}"
     jobs = [
         _job(f"{broker.kind}-plain", queue),
@@ -104,6 +114,7 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker) -> None:
         in_bulk = _drain(broker.url, queue)
 
     assert sent == len(runs)
+    assert len(compiled) == (len(runs) if broker.kind == "rabbitmq" else 0)
     assert set(in_bulk) == set(by_send_task) == {f"jobrun-{run.pk}" for run in runs}
     for task_id, (headers, body, properties) in by_send_task.items():
         bulk_headers, bulk_body, bulk_properties = in_bulk[task_id]

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu.transport.pyamqp import Channel as KombuChannel
 
-from jobs.amqp_frames import BufferedPublishing, PropertiesEncoder
+from jobs.amqp_frames import BufferedPublishing, MessageFrames, PropertiesEncoder
 
 # Values a header may hold, with the ones equal across types (0, 0.0, False; 1, True) that
 # encode differently, and those nested in lists and tables.
@@ -173,3 +173,91 @@ def test_a_buffered_chunk_is_py_amqps_frames_in_one_write(frame_max: int) -> Non
     assert connection.transport.writes == [b"".join(expected.writes)]
     publishing.flush()  # nothing buffered: nothing written
     assert len(connection.transport.writes) == 1
+
+
+# --- compiled frames (MessageFrames) ------------------------------------------------------------
+
+_ARGUMENTS = dumps("Bssbb", (0, "jobs", "q", False, False))
+_OPEN_TEXT = st.text(max_size=300)  # long enough to pass a short string's 255 bytes
+
+
+def _reference(body: bytes, properties: dict[str, Any], frame_max: int) -> bytes:
+    """py-amqp's frames for the message, from its own frame writer."""
+    written = _Transport()
+    message = amqp.Message(body, **properties)
+    frame_writer(_connection(frame_max), written)(1, 5, spec.Basic.Publish, _ARGUMENTS, message)
+    return b"".join(written.writes)
+
+
+def _filled(
+    properties: dict[str, Any], open_properties: dict[str, str], open_headers: dict[str, str],
+    values: dict[str, str],
+) -> dict[str, Any]:  # fmt: skip
+    filled = {**properties, **{name: values[v] for name, v in open_properties.items()}}
+    headers = dict(properties.get("application_headers") or {})
+    headers.update({key: values[v] for key, v in open_headers.items()})
+    if headers or "application_headers" in properties:
+        filled["application_headers"] = headers
+    return filled
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    properties=_properties,
+    opened=st.data(),
+    messages=st.lists(
+        st.tuples(st.binary(max_size=9000), _OPEN_TEXT, _OPEN_TEXT), min_size=1, max_size=6
+    ),
+    frame_max=st.sampled_from([4096, 131072]),
+)
+def test_compiled_frames_are_py_amqps_for_every_message_of_the_shape(
+    properties: dict[str, Any], opened: st.DataObject,
+    messages: list[tuple[bytes, str, str]], frame_max: int,
+) -> None:  # fmt: skip
+    """Open fields drawn from the sample's string properties and headers, filled per message
+    with new text (unicode, and past a short string's limit, where both must fail alike)."""
+    headers = properties.get("application_headers") or {}
+    short = [name for name, kind in amqp.Message.PROPERTIES if kind == "s" and name in properties]
+    names = opened.draw(st.lists(st.sampled_from(short), unique=True)) if short else []
+    keys = opened.draw(st.lists(st.sampled_from(sorted(headers)), unique=True)) if headers else []
+    open_properties = {name: opened.draw(st.sampled_from(["a", "b"])) for name in names}
+    open_headers = {key: opened.draw(st.sampled_from(["a", "b"])) for key in keys}
+    first_values = {"a": "first-a", "b": "first-b"}
+    sample_properties = _filled(properties, open_properties, open_headers, first_values)
+    if not _valid(sample_properties):
+        return
+    sample = amqp.Message(b"sample", **sample_properties)
+    compiled = MessageFrames.compile(
+        sample, channel_id=5, frame_max=frame_max, arguments=_ARGUMENTS,
+        open_properties=open_properties, open_headers=open_headers, values=first_values,
+    )  # fmt: skip
+    assert compiled is not None
+    for body, a, b in messages:
+        values = {"a": a, "b": b}
+        filled = _filled(properties, open_properties, open_headers, values)
+        try:
+            expected = _reference(body, filled, frame_max)
+        except Exception as refused:
+            with pytest.raises(type(refused)):
+                compiled.frames(body, values)
+        else:
+            assert compiled.frames(body, values) == expected
+
+
+def test_a_shape_it_cannot_reproduce_is_not_compiled() -> None:
+    """Open fields that are not text, or a text body without a content encoding (py-amqp would
+    add one), leave the message to py-amqp's own path."""
+    kwargs: dict[str, Any] = {
+        "channel_id": 1, "frame_max": 131072, "arguments": _ARGUMENTS, "open_properties": {},
+    }  # fmt: skip
+    numbers = amqp.Message(b"x", application_headers={"retries": 0})
+    assert (
+        MessageFrames.compile(numbers, open_headers={"retries": "a"}, values={"a": "0"}, **kwargs)
+        is None
+    )
+    text = amqp.Message("x", application_headers={"id": "t"})
+    assert (
+        MessageFrames.compile(text, open_headers={"id": "a"}, values={"a": "t"}, **kwargs) is None
+    )
+    text.properties["content_encoding"] = "utf-8"
+    assert MessageFrames.compile(text, open_headers={"id": "a"}, values={"a": "t"}, **kwargs)
