@@ -16,6 +16,8 @@ from typing import Any
 
 from celery.beat import Scheduler
 from django.db import DatabaseError, connection
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -106,8 +108,23 @@ class _Entry:
     def job(self) -> Job:
         """The job for publishing; built once, without a query."""
         if self._job is None:
-            self._job = Job.from_db(connection.alias, list(_JOB_COLUMNS), self.columns)
+            self._job = _loaded_job(self.columns)
         return self._job
+
+
+def _loaded_job(columns: tuple[Any, ...]) -> Job:
+    """The ``Job`` that ``Job.from_db`` builds from these columns (the rest deferred), in a
+    tenth of its time: a burst's first tick builds one per job, 17 µs each through
+    ``Model.__init__``. The same instance: the loaded fields in its ``__dict__``, the deferred
+    ones absent, its state loaded from the database; ``from_db`` itself whenever a receiver of
+    Django's init signals would miss its call."""
+    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+        return Job.from_db(connection.alias, list(_JOB_COLUMNS), columns)
+    job = Job.__new__(Job)
+    job.__dict__.update(zip(_JOB_COLUMNS, columns, strict=True))
+    state = job._state = ModelState()
+    state.adding, state.db = False, connection.alias
+    return job
 
 
 class ClusterScheduler(Scheduler):
