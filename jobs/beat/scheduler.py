@@ -5,17 +5,19 @@ More in docs/architecture.md, "Module notes".
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery.beat import Scheduler
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
@@ -112,18 +114,37 @@ class _Entry:
         return self._job
 
 
+@contextmanager
+def _collector_paused(paused: bool) -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block when ``paused``. A burst makes a
+    dozen objects a run (its row, its job, its message), and each pass of the collector over
+    the oldest generation walks every object the beat holds (an entry per job). Measured on a
+    10k burst's tick on RabbitMQ, alternated: 1.76 and 1.78 s with the collector on, 1.57 and
+    1.66 s paused (medians of 3). Reference counting still frees what the tick drops; cycles
+    wait for the collector's next pass after the block."""
+    if not paused or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _loaded_job(columns: tuple[Any, ...]) -> Job:
     """The ``Job`` that ``Job.from_db`` builds from these columns (the rest deferred), in a
     tenth of its time: a burst's first tick builds one per job, 17 µs each through
     ``Model.__init__``. The same instance: the loaded fields in its ``__dict__``, the deferred
     ones absent, its state loaded from the database; ``from_db`` itself whenever a receiver of
     Django's init signals would miss its call."""
+    # The beat's connection is the default database's (as ``connection.alias`` says, slowly).
     if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
-        return Job.from_db(connection.alias, list(_JOB_COLUMNS), columns)
+        return Job.from_db(DEFAULT_DB_ALIAS, list(_JOB_COLUMNS), columns)
     job = Job.__new__(Job)
     job.__dict__.update(zip(_JOB_COLUMNS, columns, strict=True))
     state = job._state = ModelState()
-    state.adding, state.db = False, connection.alias
+    state.adding, state.db = False, DEFAULT_DB_ALIAS
     return job
 
 
@@ -319,6 +340,12 @@ class ClusterScheduler(Scheduler):
         return fire, [(entry.job_id, slot, reason) for slot, reason in decided.missed]
 
     def _record(
+        self, fire: Sequence[tuple[_Entry, datetime]], missed: Sequence[tuple[int, datetime, str]]
+    ) -> None:
+        with _collector_paused(is_burst(len(fire))):
+            self._record_now(fire, missed)
+
+    def _record_now(
         self, fire: Sequence[tuple[_Entry, datetime]], missed: Sequence[tuple[int, datetime, str]]
     ) -> None:
         fire, reasons = self._apply_calendars(fire)
