@@ -132,8 +132,10 @@ INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, dispatched_at, status, 
                          error)
 SELECT job_id, slot, 'scheduled', CASE WHEN why = '' THEN now() END, {calendar_status_pg("why")}
   FROM (SELECT t.job_id, t.slot,
-               coalesce('blackout: ' || {blackout_of_pg("t.job_id", "t.slot")}, t.reason) AS why
-          FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[]) AS t(job_id, slot, reason)
+               coalesce('blackout: ' || {blackout_of_pg("t.job_id", "t.slot")}, t.reason, '')
+                 AS why  -- no reasons given: unnest pads the empty array with nulls
+          FROM unnest(string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::timestamptz[],
+                      coalesce(%s::text[], '{{}}')) AS t(job_id, slot, reason)
        ) AS d
 ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'scheduled' DO NOTHING
 RETURNING id, job_id, scheduled_for, status
@@ -308,9 +310,12 @@ def insert_scheduled(
     ``reasons`` entry (the job's calendar) or in a blackout window is recorded skipped."""
     if not pairs:
         return []
-    job_ids = [job_id for job_id, _ in pairs]
-    slots = [slot for _, slot in pairs]
-    why = list(reasons) if reasons is not None else [""] * len(pairs)
+    # The ids and slots as one text each (PostgreSQL splits and parses them), the reasons only
+    # when one is given: psycopg dumps a list element by element in Python, which cost a burst
+    # ~12 ms a chunk of 500, a sixth of its tick.
+    job_ids = ",".join([str(job_id) for job_id, _ in pairs])
+    slots = ",".join([slot.isoformat() for _, slot in pairs])
+    why = list(reasons) if reasons is not None and any(reasons) else None
     with connection.cursor() as cursor:
         cursor.execute(_INSERT_SLOTS, [job_ids, slots, why])
         return [
