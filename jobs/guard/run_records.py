@@ -21,7 +21,6 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 from django.db import connection
@@ -34,7 +33,7 @@ from jobs.guard.lease import (
     run_lease_live_pg,
     statement_cursor,
 )
-from jobs.models import Job, RunStatus, Trigger
+from jobs.models import Job, RunStatus, Trigger, job_from_columns
 
 
 @dataclass(frozen=True)
@@ -378,14 +377,7 @@ def _job_from_columns(values: Sequence[Any]) -> Job:
     row = dict(zip(_JOB_FIELDS, values, strict=True))
     row["args"] = json.loads(row["args"])
     row["kwargs"] = json.loads(row["kwargs"])
-    names = _job_field_order()
-    return Job.from_db(connection.alias, names, [row[name] for name in names])
-
-
-@cache
-def _job_field_order() -> list[str]:
-    """``_JOB_FIELDS`` in the model's field order (what ``Model.from_db`` expects)."""
-    return [f.attname for f in Job._meta.concrete_fields if f.attname in _JOB_FIELDS]
+    return job_from_columns(_JOB_FIELDS, [row[name] for name in _JOB_FIELDS])
 
 
 def hand_back(run_id: int) -> datetime | None:
