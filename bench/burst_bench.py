@@ -49,7 +49,7 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 class _Queue:
-    """The bench's queue on the broker: its length, its messages, emptied."""
+    """The bench's queue on the broker: its length, its messages, emptied, removed."""
 
     def __init__(self, url: str, name: str) -> None:
         self.url, self.name = url, name
@@ -93,6 +93,17 @@ class _Queue:
             self.client.delete(self.name)
         elif self.length():
             self.take_all()
+
+    def remove(self) -> None:
+        """The queue gone from the broker (a RabbitMQ queue outlives the bench otherwise)."""
+        if self.redis:
+            self.client.delete(self.name)
+            return
+        from kombu import Connection
+
+        with Connection(self.url) as conn:
+            channel: Any = conn.default_channel
+            channel.queue_delete(self.name)
 
 
 def _set_bulk(on: bool) -> None:
@@ -230,7 +241,7 @@ def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dic
         result.update(per_run=_summary(per_run), bulk=_summary(bulk), floor=_summary(floors))
     finally:
         _set_bulk(True)
-        queue.empty()
+        queue.remove()
     return result
 
 
@@ -274,7 +285,7 @@ def three_beats(count: int, database_url: str, broker: str, tmp: Path) -> dict[s
         ]
     finally:
         processes.stop_all()
-        queue.empty()
+        queue.remove()
     print(
         f"  3 beats: {count} slots out in {elapsed:.2f} s; runs made per beat {shares}", flush=True
     )
