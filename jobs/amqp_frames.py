@@ -395,6 +395,7 @@ class BufferedPublishing:
     def add(self, frames: bytes) -> None:
         """Frames made elsewhere (``MessageFrames``), sent with the next ``flush``."""
         self._frames.write(frames)
+        self._connection.bytes_sent += 1  # as py-amqp's frame writer counts a message (heartbeats)
 
     @property
     def channel_id(self) -> int:
