@@ -84,6 +84,25 @@ def _short_string(value: str) -> bytes | None:
     return pack("B", len(encoded)) + encoded if len(encoded) < 256 else None
 
 
+def _flags_and_present(properties: Mapping[str, Any]) -> tuple[bytes, list[tuple[str, str, Any]]]:
+    """py-amqp's property flags for ``properties``, and the properties its list holds (name,
+    kind, value), in the order of ``amqp.Message.PROPERTIES`` (``_serialize_properties``' loop:
+    a flag per property present, fifteen to a word)."""
+    shift, flag_bits, flags, present = 15, 0, [], []
+    for name, kind in amqp.Message.PROPERTIES:
+        value = properties.get(name)
+        if value is not None:
+            if shift == 0:
+                flags.append(flag_bits)
+                flag_bits, shift = 0, 15
+            flag_bits |= 1 << shift
+            if kind != "bit":
+                present.append((name, kind, value))
+        shift -= 1
+    flags.append(flag_bits)
+    return b"".join(pack(">H", bits) for bits in flags), present
+
+
 class PropertiesEncoder:
     """Encodes AMQP basic properties byte for byte as ``amqp.Message._serialize_properties``."""
 
@@ -92,20 +111,8 @@ class PropertiesEncoder:
         self._headers = _Encodings()
 
     def encode(self, properties: dict[str, Any]) -> bytes:
-        # The property flags and list, in the order of amqp.Message.PROPERTIES (py-amqp's loop).
-        shift, flag_bits, flags, encoded = 15, 0, [], []
-        for name, kind in amqp.Message.PROPERTIES:
-            value = properties.get(name)
-            if value is not None:
-                if shift == 0:
-                    flags.append(flag_bits)
-                    flag_bits, shift = 0, 15
-                flag_bits |= 1 << shift
-                if kind != "bit":
-                    encoded.append(self._property(name, kind, value))
-            shift -= 1
-        flags.append(flag_bits)
-        return b"".join([*(pack(">H", bits) for bits in flags), *encoded])
+        flags, present = _flags_and_present(properties)
+        return b"".join([flags, *(self._property(*item) for item in present)])
 
     def _property(self, name: str, kind: str, value: Any) -> bytes:
         if kind == "F":
@@ -234,10 +241,12 @@ class MessageFrames:
         open_properties: Mapping[str, str],
         open_headers: Mapping[str, str],
         values: Mapping[str, str],
+        body: bytes,
     ) -> MessageFrames | None:
-        """The compiled frames, or None when ``sample`` (its open fields filled from
-        ``values``) would not come out as py-amqp frames it: open fields that are not strings,
-        or anything else this compiler does not reproduce."""
+        """The compiled frames, or None unless they make, from ``body`` and ``values`` (the
+        caller's own for the sample's run), the frames py-amqp writes for ``sample``: open
+        fields that are not strings, a body the caller makes otherwise, or anything else this
+        compiler does not reproduce."""
         opened = [*open_properties, *open_headers]
         properties = sample.properties
         headers = properties.get("application_headers") or {}
@@ -251,12 +260,6 @@ class MessageFrames:
             for name in opened
         ):
             return None
-        body: bytes | str = sample.body
-        if isinstance(body, str):
-            # py-amqp encodes a text body by its content encoding, adding utf-8 when none is set.
-            if not properties.get("content_encoding"):
-                return None
-            body = body.encode(properties["content_encoding"])
         try:
             frames = cls(
                 sample, channel_id=channel_id, frame_max=frame_max, arguments=arguments,
@@ -273,25 +276,16 @@ class MessageFrames:
         open_properties: Mapping[str, str],
         open_headers: Mapping[str, str],
     ) -> list[_Piece]:
-        # As PropertiesEncoder.encode: flags, then each present property in order.
-        shift, flag_bits, flags = 15, 0, []
-        pieces: list[_Piece] = []
-        for name, kind in amqp.Message.PROPERTIES:
-            value = properties.get(name)
-            if value is not None:
-                if shift == 0:
-                    flags.append(flag_bits)
-                    flag_bits, shift = 0, 15
-                flag_bits |= 1 << shift
-                if name in open_properties:
-                    pieces.append(_Short(open_properties[name]))
-                elif kind == "F":
-                    pieces.append(_Table(self._compile_table(value, open_headers)))
-                elif kind != "bit":
-                    pieces.append(dumps(kind, (value,)))
-            shift -= 1
-        flags.append(flag_bits)
-        return _merged([b"".join(pack(">H", bits) for bits in flags), *pieces])
+        flags, present = _flags_and_present(properties)
+        pieces: list[_Piece] = [flags]
+        for name, kind, value in present:
+            if name in open_properties:
+                pieces.append(_Short(open_properties[name]))
+            elif kind == "F":
+                pieces.append(_Table(self._compile_table(value, open_headers)))
+            else:
+                pieces.append(dumps(kind, (value,)))
+        return _merged(pieces)
 
     @staticmethod
     def _compile_table(

@@ -108,6 +108,10 @@ class _Template:
     def kwargs_repr(self, kwargs: dict[str, Any]) -> str:
         return _kwargs_repr(kwargs) if self.composed_repr else saferepr(kwargs, _repr_limit())
 
+    def open_values(self, task_id: str, kwargs: dict[str, Any], job: str) -> dict[str, str]:
+        """What a run fills in the compiled frames' open fields (``_Confirms._compile``)."""
+        return {"task_id": task_id, "kwargsrepr": self.kwargs_repr(kwargs), "job": job}
+
     def body_bytes(self, kwargs: dict[str, Any], encoding: str) -> bytes:
         """The message body kombu's publish serializes, encoded as py-amqp sends it."""
         if self.body_around is not None:
@@ -259,8 +263,7 @@ class _Confirms:
             template.publish(self.producer, task_id, kwargs, job)
             return
         body = template.body_bytes(kwargs, compiled.encoding)
-        values = {"task_id": task_id, "kwargsrepr": template.kwargs_repr(kwargs), "job": job}
-        self.publishing.add(compiled.frames(body, values))
+        self.publishing.add(compiled.frames(body, template.open_values(task_id, kwargs, job)))
         self.published += 1
         self.outstanding.add(self.published)
 
@@ -269,7 +272,7 @@ class _Confirms:
     ) -> MessageFrames | None:
         """The frames of ``template``'s messages, compiled from the message kombu makes for
         this run; None when kombu's message is not the template's with the run's values in
-        the open fields (a body serialized otherwise, compression...)."""
+        the open fields and its body (a body serialized otherwise, compression...)."""
         plain = Producer(self.channel, auto_declare=False)
         message, arguments = self.publishing.capture(
             lambda: template.publish(plain, task_id, kwargs, job)
@@ -285,14 +288,11 @@ class _Confirms:
         if headers.get("shadow") is not None:
             open_headers["shadow"] = "job"
         encoding = properties.get("content_encoding") or "utf-8"
-        body = message.body if isinstance(message.body, bytes) else message.body.encode(encoding)
-        if template.body_bytes(kwargs, encoding) != body:
-            return None
-        values = {"task_id": task_id, "kwargsrepr": template.kwargs_repr(kwargs), "job": job}
         return MessageFrames.compile(
             message, channel_id=self.publishing.channel_id, frame_max=self.publishing.frame_max,
             arguments=arguments, open_properties=open_properties, open_headers=open_headers,
-            values=values,
+            values=template.open_values(task_id, kwargs, job),
+            body=template.body_bytes(kwargs, encoding),
         )  # fmt: skip
 
     def _on_ack(self, tag: int, multiple: bool) -> None:

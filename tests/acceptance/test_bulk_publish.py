@@ -270,6 +270,31 @@ def test_a_burst_runs_once_and_flower_and_the_worker_see_it_as_usual(
     assert {tasks[f"jobrun-{run.pk}"]["name"] for run in runs} == {job.name for job in jobs}
 
 
+BEATS = ("beat-1", "beat-2")
+
+
+def _burst_due_soon(cluster: Cluster, url: str, log: Path) -> tuple[list[Job], datetime]:
+    """Two beats on the broker at ``url``, loaded, and 2,000 jobs whose slot comes in 8 s, each
+    run appending to ``log``: the jobs and their slot."""
+    cluster.use_broker(url)
+    for name in BEATS:
+        cluster.start_beat(name, env=BEAT_ENV)
+    wait_for(
+        lambda: all("beat loaded" in cluster.log_of(name) for name in BEATS),
+        90,
+        "both beats loaded",
+    )
+    slot = timezone.now().replace(microsecond=0) + timedelta(seconds=8)
+    # In bulk, as the beat benchmark makes them (the services take ~20 ms a job).
+    create_jobs(
+        2_000, queue=cluster.queue, task="tests.record", every=lambda n: 3600, anchor=slot,
+        prefix="killed", kwargs=lambda n: {"log": str(log)},
+    )  # fmt: skip
+    jobs = list(Job.objects.filter(name__startswith="killed-"))
+    assert timezone.now() < slot - timedelta(seconds=2), "jobs made too slowly for the slot"
+    return jobs, slot
+
+
 def test_a_redis_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path) -> None:
     """2,000 slots due at once from two beats into a Redis of the test's own. Once part of the
     burst is in it, the beats are frozen (SIGSTOP) mid-burst, Redis is killed (it keeps
@@ -280,39 +305,23 @@ def test_a_redis_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path)
     folder.mkdir()
     port = free_port()
     server = start_redis(folder, port)
-    beats = ("beat-1", "beat-2")
     try:
         url = f"redis://127.0.0.1:{port}/0"
-        cluster.use_broker(url)
-        for name in beats:
-            cluster.start_beat(name, env=BEAT_ENV)
-        wait_for(
-            lambda: all("beat loaded" in cluster.log_of(name) for name in beats),
-            90,
-            "both beats loaded",
-        )
         log = tmp_path / "executions.log"
-        slot = timezone.now().replace(microsecond=0) + timedelta(seconds=8)
-        # In bulk, as the beat benchmark makes them (the services take ~20 ms a job).
-        create_jobs(
-            2_000, queue=cluster.queue, task="tests.record", every=lambda n: 3600, anchor=slot,
-            prefix="killed", kwargs=lambda n: {"log": str(log)},
-        )  # fmt: skip
-        jobs = list(Job.objects.filter(name__startswith="killed-"))
-        assert timezone.now() < slot - timedelta(seconds=2), "jobs made too slowly for the slot"
+        jobs, slot = _burst_due_soon(cluster, url, log)
 
         client = redis.Redis.from_url(url)
         wait_for(
             lambda: client.llen(cluster.queue) >= 500, 60, "part of the burst in Redis", poll=0.002
         )
-        for name in beats:
+        for name in BEATS:
             cluster.kill(name, signal.SIGSTOP)
         in_redis = client.llen(cluster.queue)
         assert in_redis < len(jobs), "the whole burst was out before the beats froze"
         client.close()
         server.kill()
         server.wait()
-        for name in beats:
+        for name in BEATS:
             cluster.kill(name, signal.SIGCONT)
         time.sleep(1)  # the outage: the beats' next publishes meet no Redis
         server = start_redis(folder, port)
@@ -348,26 +357,11 @@ def test_a_rabbitmq_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Pa
     VM is killed (SIGKILL: whatever it had not written to disk is gone, and chunks handed over
     but not confirmed are in doubt), the beats go on against a dead broker for a second, and the
     node starts again on its data; only then a worker starts. Every run executes, once."""
-    beats = ("beat-1", "beat-2")
     with private_rabbitmq_node() as node:
         assert node.process is not None
         try:
-            cluster.use_broker(node.amqp_url)
-            for name in beats:
-                cluster.start_beat(name, env=BEAT_ENV)
-            wait_for(
-                lambda: all("beat loaded" in cluster.log_of(name) for name in beats),
-                90,
-                "both beats loaded",
-            )
             log = tmp_path / "executions.log"
-            slot = timezone.now().replace(microsecond=0) + timedelta(seconds=8)
-            create_jobs(
-                2_000, queue=cluster.queue, task="tests.record", every=lambda n: 3600,
-                anchor=slot, prefix="killed", kwargs=lambda n: {"log": str(log)},
-            )  # fmt: skip
-            jobs = list(Job.objects.filter(name__startswith="killed-"))
-            assert timezone.now() < slot - timedelta(seconds=2), "jobs made too slowly for the slot"
+            jobs, slot = _burst_due_soon(cluster, node.amqp_url, log)
 
             channel: Any = None
 
@@ -377,14 +371,14 @@ def test_a_rabbitmq_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Pa
                 return count >= 300
 
             wait_for(part_queued, 60, "part of the burst in RabbitMQ", poll=0.002)
-            for name in beats:
+            for name in BEATS:
                 cluster.kill(name, signal.SIGSTOP)
             assert channel is not None
             channel, queued = _queued(channel, node.amqp_url, cluster.queue)
             assert queued < len(jobs), "the whole burst was out before the beats froze"
             channel.connection.close()
             node.process.kill()
-            for name in beats:
+            for name in BEATS:
                 cluster.kill(name, signal.SIGCONT)
             time.sleep(1)  # the outage: the beats' next publishes meet no broker
             node.process.start()

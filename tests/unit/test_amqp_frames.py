@@ -230,6 +230,7 @@ def test_compiled_frames_are_py_amqps_for_every_message_of_the_shape(
     compiled = MessageFrames.compile(
         sample, channel_id=5, frame_max=frame_max, arguments=_ARGUMENTS,
         open_properties=open_properties, open_headers=open_headers, values=first_values,
+        body=b"sample",
     )  # fmt: skip
     assert compiled is not None
     for body, a, b in messages:
@@ -249,6 +250,7 @@ def test_a_shape_it_cannot_reproduce_is_not_compiled() -> None:
     add one), leave the message to py-amqp's own path."""
     kwargs: dict[str, Any] = {
         "channel_id": 1, "frame_max": 131072, "arguments": _ARGUMENTS, "open_properties": {},
+        "body": b"x",
     }  # fmt: skip
     numbers = amqp.Message(b"x", application_headers={"retries": 0})
     assert (
