@@ -21,6 +21,7 @@ from pathlib import Path
 from devtools.processes import Command, ProcessGroup
 from devtools.rabbitmq import rabbitmq_for_tests
 from devtools.services import DEV_DIR, ROOT, embedded_services
+from devtools.side_by_side import pytest_options
 
 PYTHON = sys.executable
 MANAGE = [PYTHON, str(ROOT / "manage.py")]
@@ -37,7 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     manage = verbs.add_parser("manage", help="a manage.py command against the dev services")
     manage.add_argument("manage_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    # pytest's options may come first (`make test PYTEST_ARGS="--lf"`), which argparse's
+    # REMAINDER alone leaves unparsed.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.verb != "test":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.verb == "test":
+        args.pytest_args = [*unknown, *args.pytest_args]
 
     logging.basicConfig(level=logging.INFO, format="devtools | %(message)s")
     logging.getLogger("pgserver").setLevel(logging.WARNING)
@@ -53,9 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb == "test":
             with rabbitmq_for_tests(env) as rabbitmq_env:
                 env.update(rabbitmq_env)
-                return subprocess.call(
-                    [PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT
-                )
+                pytest = [PYTHON, "-m", "pytest", *pytest_options(args.pytest_args, env)]
+                return subprocess.call([*pytest, *args.pytest_args], env=env, cwd=ROOT)
         return subprocess.call([*MANAGE, *args.manage_args], env=with_dev_jobs(env), cwd=ROOT)
 
 

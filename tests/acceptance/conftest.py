@@ -9,6 +9,9 @@ own virtual host; ``JOBS_TEST_AMQP_URL`` points elsewhere than the local server,
 ``amqp://guest:guest@127.0.0.1:5672/``). When no RabbitMQ answers there, ``make test`` (devtools)
 starts a private node and sets ``JOBS_TEST_AMQP_URL`` and ``JOBS_TEST_RABBITMQCTL`` (a
 ``rabbitmqctl`` that targets it). An unreachable RabbitMQ fails those tests: no skip.
+
+``make test`` runs these scenarios side by side in several pytest processes; each process has a
+database and a Redis broker database of its own (``tests/side_by_side.py``).
 """
 
 from __future__ import annotations
@@ -225,7 +228,7 @@ class Broker:
 
     def lose_contents(self, queue: str) -> int:
         """What losing the broker's contents looks like. Redis: FLUSHDB of the broker database
-        this test run was given (others share the server). RabbitMQ: the test's queue purged
+        this test process was given (others share the server). RabbitMQ: the test's queue purged
         (its ready messages; those delivered and not yet acknowledged stay with their worker).
         Returns how much there was just before (Redis: keys; RabbitMQ: ready messages)."""
         if self.kind == "redis":
