@@ -44,8 +44,15 @@ from bench.measure import percentile
 CHUNK = 500
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def _summary(values: list[float]) -> dict[str, float] | None:
+    """Median, p99 and count; ``None`` for a path not measured (``--per-run-rounds 0``)."""
+    if not values:
+        return None
     return {"median": statistics.median(values), "p99": percentile(values, 99), "n": len(values)}
+
+
+def _cell(summary: dict[str, float] | None) -> str:
+    return "-" if summary is None else f"{summary['median']:.2f} s ({summary['p99']:.2f} s)"
 
 
 class _Queue:
@@ -304,12 +311,10 @@ def report(results: dict[str, Any]) -> str:
         three = beats.get(row["slots"])
         shares = ", ".join(map(str, three["shares"])) if three else ""
         beats_cell = f"{three['seconds']:.2f} s ({shares})" if three else "-"
+        speedup = "-" if per_run is None else f"{per_run['median'] / bulk['median']:.1f}x"
         lines.append(
-            f"| {row['slots']:,} | {per_run['median']:.2f} s ({per_run['p99']:.2f} s) "
-            f"| {bulk['median']:.2f} s ({bulk['p99']:.2f} s) "
-            f"| {bare['median']:.2f} s ({bare['p99']:.2f} s) "
-            f"| {bulk['median'] / bare['median']:.1f}x | {per_run['median'] / bulk['median']:.1f}x "
-            f"| {beats_cell} |"
+            f"| {row['slots']:,} | {_cell(per_run)} | {_cell(bulk)} | {_cell(bare)} "
+            f"| {bulk['median'] / bare['median']:.1f}x | {speedup} | {beats_cell} |"
         )
     return "\n".join(lines)
 
