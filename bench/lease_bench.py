@@ -20,7 +20,11 @@ server (created afresh, dropped at the end), and on queues of its own on the bro
   lease), and a celery-singleton no-op task (its Redis lock is taken when publishing and released
   by the worker) when celery-singleton is installed. Each function appends its start time to a
   file; throughput is (tasks - 1) / (last start - first start), so worker start-up is not
-  counted. ``--rounds`` alternate the kinds; the median per kind is reported.
+  counted. ``--rounds`` alternate the kinds; the median per kind is reported. Beside it, the
+  CPU time (user + system) a task cost the worker's processes and the database backends serving
+  them, from the first start stamp to the last: a slow or busy moment of the machine moves it
+  less than tasks/s, so it shows smaller differences (a backend that closed meanwhile, as the
+  heartbeat's short-lived connections do, is not counted).
   ``--without-run-triggers`` measures the same with the run table's deferred triggers (alerts,
   dependencies) disabled, to size their share (a diagnosis: the platform needs them).
 """
@@ -38,9 +42,11 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from celery import shared_task
 
 from bench.databases import fresh_database, recreate
@@ -234,6 +240,8 @@ class Throughput:
         self.Cluster = Cluster
         self.serial = 0
         self.jobs: list[Any] = []
+        # Per kind, each round's CPU milliseconds per task: (worker, database).
+        self.cpu_ms: dict[str, list[tuple[float, float]]] = {}
 
     def measure(self, kind: str) -> float:
         from celery import current_app
@@ -253,16 +261,38 @@ class Throughput:
         try:
             cluster.start_worker(f"bench{self.serial}", concurrency=2)
             deadline = time.monotonic() + 60 + self.tasks / 20
-            while _lines(log) < self.tasks:
+            first: tuple[int, CpuSeconds] | None = None
+            while (done := _lines(log)) < self.tasks:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{kind}: {_lines(log)} of {self.tasks} done")
-                time.sleep(0.2)
+                    raise TimeoutError(f"{kind}: {done} of {self.tasks} done")
+                if first is None and done:
+                    first = (done, self._cpu_seconds(cluster))
+                time.sleep(0.01 if first is None else 0.2)
+            if first is not None and self.tasks > first[0]:
+                spent = self._cpu_seconds(cluster) - first[1]
+                self.cpu_ms.setdefault(kind, []).append(spent.per_task(self.tasks - first[0]))
             if kind == "guarded":
                 self._wait_recorded()
         finally:
             cluster.stop_all()
         stamps = sorted(float(line) for line in log.read_text().split())
         return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+
+    def _cpu_seconds(self, cluster: Any) -> CpuSeconds:
+        """CPU time so far of the worker (its main process and pool) and of the database's
+        backends serving this database's other clients (the worker's connections)."""
+        from django.db import connection
+
+        worker = sum(
+            _tree_cpu(psutil.Process(process.pid)) for process in cluster.processes.values()
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+            backends = [row[0] for row in cursor.fetchall()]
+        return CpuSeconds(worker, sum(_cpu(pid) for pid in backends))
 
     def _publish_runs(self, queue: str, log: str, producer: Any) -> None:
         from django.utils import timezone
@@ -324,6 +354,37 @@ def _create_floor_rows() -> None:
         )
 
 
+@dataclass(frozen=True)
+class CpuSeconds:
+    worker: float
+    database: float
+
+    def __sub__(self, other: CpuSeconds) -> CpuSeconds:
+        return CpuSeconds(self.worker - other.worker, self.database - other.database)
+
+    def per_task(self, tasks: int) -> tuple[float, float]:
+        """Milliseconds per task: (worker, database)."""
+        return (1000 * self.worker / tasks, 1000 * self.database / tasks)
+
+
+def _cpu(pid: int) -> float:
+    """User + system seconds of process ``pid``; 0 when it is gone or not ours to read (a
+    backend that closed meanwhile, as the heartbeat's connections do, is not counted)."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
+
+
+def _tree_cpu(root: psutil.Process) -> float:
+    try:
+        children = root.children(recursive=True)
+    except psutil.Error:
+        children = []
+    return _cpu(root.pid) + sum(_cpu(child.pid) for child in children)
+
+
 def _lines(log: Path) -> int:
     return log.read_bytes().count(b"\n") if log.exists() else 0
 
@@ -369,9 +430,15 @@ def latency_table(results: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-def throughput_table(results: dict[str, list[float]], tasks: int) -> str:
+def throughput_table(
+    results: dict[str, list[float]],
+    tasks: int,
+    cpu_ms: dict[str, list[tuple[float, float]]] | None = None,
+) -> str:
     """Medians per kind, and the medians of the per-round ratios to plain Celery and to the
-    floor (the rounds alternate the kinds, so a ratio compares measurements moments apart)."""
+    floor (the rounds alternate the kinds, so a ratio compares measurements moments apart);
+    and the median CPU time a task cost the worker and the database, which a busy or slow
+    moment of the machine moves less than it moves tasks/s."""
 
     def ratio(values: list[float], base: str) -> str:
         if base not in results:
@@ -381,8 +448,8 @@ def throughput_table(results: dict[str, list[float]], tasks: int) -> str:
 
     lines = [
         f"| no-op, one worker -c 2, {tasks} tasks | tasks/s (median) | each round "
-        "| vs plain Celery | vs the floor |",
-        "| --- | --- | --- | --- | --- |",
+        "| vs plain Celery | vs the floor | CPU ms per task: worker / database |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     labels = {
         "plain": "plain Celery task",
@@ -392,9 +459,15 @@ def throughput_table(results: dict[str, list[float]], tasks: int) -> str:
     }
     for kind, values in results.items():
         rounds = ", ".join(f"{v:.0f}" for v in values)
+        spent = (cpu_ms or {}).get(kind)
+        cpu = "-"
+        if spent:
+            worker = statistics.median(w for w, _ in spent)
+            database = statistics.median(d for _, d in spent)
+            cpu = f"{worker:.2f} / {database:.2f}"
         lines.append(
             f"| {labels[kind]} | {statistics.median(values):.0f} | {rounds} "
-            f"| {ratio(values, 'plain')} | {ratio(values, 'floor')} |"
+            f"| {ratio(values, 'plain')} | {ratio(values, 'floor')} | {cpu} |"
         )
     return "\n".join(lines)
 
@@ -453,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             pooled = _latency_through_pgbouncer(bench_url, args.samples)
             latency.update({f"{name}, through PgBouncer": v for name, v in pooled.items()})
         throughput: dict[str, list[float]] = {}
+        cpu_ms: dict[str, list[tuple[float, float]]] = {}
         kinds = [
             kind
             for kind in args.kinds.split(",")
@@ -469,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
                         throughput.setdefault(kind, []).append(rate)
                         print(f"  round {round_ + 1}: {kind} {rate:.0f} tasks/s", flush=True)
             finally:
+                cpu_ms = bench.cpu_ms
                 shutil.rmtree(bench.tmp, ignore_errors=True)  # logs and start stamps
     finally:
         connections.close_all()
@@ -478,12 +553,14 @@ def main(argv: list[str] | None = None) -> int:
     print(latency_table(latency))
     if throughput:
         print()
-        print(throughput_table(throughput, args.tasks))
+        print(throughput_table(throughput, args.tasks, cpu_ms))
     if Singleton is None:
         print("\ncelery-singleton is not installed: its row is missing "
               "(pip install celery-singleton to compare).")  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps({"latency_ms": latency, "throughput": throughput}))
+        args.json.write_text(
+            json.dumps({"latency_ms": latency, "throughput": throughput, "cpu_ms": cpu_ms})
+        )
     return 0
 
 
