@@ -398,7 +398,11 @@ def test_a_database_restart_loses_no_slot_and_doubles_none(
     _wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
     start = _second(timezone.now()) + timedelta(seconds=2)
 
-    _wait_until(start + timedelta(seconds=4))
+    # Stopped half-way between two slots, when no claim is in flight: a claim the stop cuts
+    # may have committed with its reply lost, and that run is then recorded lost once its
+    # lease lapses (a worker failure's record, not this test's subject; seen with the suite
+    # side by side, where a slot's claim can come late enough to meet a whole-second stop).
+    _wait_until(start + timedelta(seconds=4.5))
     private_postgres.stop()
     _wait_until(timezone.now() + timedelta(seconds=6))
     private_postgres.start()
