@@ -50,7 +50,7 @@ import psutil
 from celery import shared_task
 
 from bench.databases import fresh_database, recreate
-from bench.measure import append_stamp, percentile
+from bench.measure import append_stamp, cpu_seconds, percentile
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -283,16 +283,15 @@ class Throughput:
         backends serving this database's other clients (the worker's connections)."""
         from django.db import connection
 
-        worker = sum(
-            _tree_cpu(psutil.Process(process.pid)) for process in cluster.processes.values()
-        )
+        worker = [pid for process in cluster.processes.values() for pid in _tree(process.pid)]
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                 "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
             )
             backends = [row[0] for row in cursor.fetchall()]
-        return CpuSeconds(worker, sum(_cpu(pid) for pid in backends))
+        # A backend that closed meanwhile (the heartbeat's connections) is not counted.
+        return CpuSeconds(cpu_seconds(worker), cpu_seconds(backends))
 
     def _publish_runs(self, queue: str, log: str, producer: Any) -> None:
         from django.utils import timezone
@@ -367,22 +366,12 @@ class CpuSeconds:
         return (1000 * self.worker / tasks, 1000 * self.database / tasks)
 
 
-def _cpu(pid: int) -> float:
-    """User + system seconds of process ``pid``; 0 when it is gone or not ours to read (a
-    backend that closed meanwhile, as the heartbeat's connections do, is not counted)."""
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a worker's main process and its pool)."""
     try:
-        times = psutil.Process(pid).cpu_times()
+        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
     except psutil.Error:
-        return 0.0
-    return float(times.user + times.system)
-
-
-def _tree_cpu(root: psutil.Process) -> float:
-    try:
-        children = root.children(recursive=True)
-    except psutil.Error:
-        children = []
-    return _cpu(root.pid) + sum(_cpu(child.pid) for child in children)
+        return [pid]
 
 
 def _lines(log: Path) -> int:
@@ -536,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_throughput:
             _create_floor_rows()
             bench = Throughput(args.tasks, bench_url)
+            cpu_ms = bench.cpu_ms
             try:
                 for round_ in range(args.rounds):
                     for kind in kinds:
@@ -543,7 +533,6 @@ def main(argv: list[str] | None = None) -> int:
                         throughput.setdefault(kind, []).append(rate)
                         print(f"  round {round_ + 1}: {kind} {rate:.0f} tasks/s", flush=True)
             finally:
-                cpu_ms = bench.cpu_ms
                 shutil.rmtree(bench.tmp, ignore_errors=True)  # logs and start stamps
     finally:
         connections.close_all()

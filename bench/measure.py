@@ -1,10 +1,13 @@
-"""What the benchmarks share to measure: nearest-rank percentiles, and start stamps that the
-functions under test append to a log file (one ``write`` each, safe across processes)."""
+"""What the benchmarks share to measure: nearest-rank percentiles, start stamps that the
+functions under test append to a log file (one ``write`` each, safe across processes), and the
+CPU time processes on this machine have used."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
+from pathlib import Path
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -22,3 +25,16 @@ def append_stamp(log: str, *fields: str) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU seconds the processes ``pids`` have used so far (from ``/proc``: they
+    run on this machine); a process gone meanwhile counts nothing."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")

@@ -35,13 +35,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from bench.databases import fresh_database, recreate
-from bench.measure import percentile
+from bench.measure import cpu_seconds, percentile
 
 HEARTBEAT = 5.0  # JOBS_NODE_HEARTBEAT's default
 LEASE_TTL = 30.0  # a continuous job's default lease ttl; it lasts 3 heartbeats if shorter
@@ -234,14 +233,7 @@ def _server_cpu(conn: psycopg.Connection) -> float:
     pids = [row[0] for row in conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
     )]  # fmt: skip
-    ticks = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(pids)
 
 
 def _takeover(url: str, nodes: int, jobs: int, gated: bool, steady: float) -> str:
