@@ -162,6 +162,39 @@ SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::intege
                              %(task_id)s::text, %(holder)s::text, %(keyed_tasks)s::text[])
 """
 
+# The claim a delivery made, read back after a broken connection cut its reply: the run as that
+# claim recorded it (its node, pid and task id), in _CLAIM's columns, with its lease only while
+# that lease is live and held by the same holder; nothing when the claim never committed (the
+# run is still scheduled, or someone else's) or its lease lapsed meanwhile (maintenance records
+# the run lost). Not a hot path: a plain statement rather than a function.
+_RECLAIM = f"""
+SELECT jr.id, jr.scheduled_for, jr.attempt, jr.status, jr.error,
+       CASE WHEN l.token IS NULL THEN NULL ELSE jr.lease_key END, l.token, l.expires_at,
+       {
+    ", ".join(
+        f"j.{name}" if name not in ("args", "kwargs") else f"coalesce(jr.{name}, j.{name})::text"
+        for name in _JOB_FIELDS
+    )
+},
+       jr.trigger, jr.upstream_run_id,
+       EXISTS (SELECT 1 FROM jobs_job_upstreams AS d WHERE d.to_job_id = j.id)
+  FROM jobs_jobrun AS jr JOIN jobs_job AS j ON j.id = jr.job_id
+  LEFT JOIN jobs_lease AS l
+         ON l.key = jr.lease_key AND l.token = jr.fencing_token AND l.holder = %(holder)s
+        AND l.expires_at > now()
+ WHERE jr.id = %(run_id)s AND jr.node = %(node)s AND jr.pid = %(pid)s
+   AND jr.task_id = %(task_id)s AND jr.status IN ('running', 'missed', 'skipped')
+   AND (jr.fencing_token IS NULL OR l.token IS NOT NULL)
+"""
+
+# What a finish whose reply was cut recorded: the run's status once it is no longer running,
+# while it still carries the finishing delivery's token (or none, for an unleased finish).
+_RECORDED_STATUS = """
+SELECT status FROM jobs_jobrun
+ WHERE id = %(run_id)s AND status <> 'running'
+   AND fencing_token IS NOT DISTINCT FROM %(token)s::bigint
+"""
+
 # A claimed run that never took its lease (overlap wait / replace, still waiting) goes back to
 # scheduled when its worker shuts down, for another worker to run within its deadline. The
 # dispatched_at stamp makes maintenance re-publish it only if the worker's own publish is lost.
@@ -350,8 +383,34 @@ def claim(
     with statement_cursor() as cursor:
         cursor.execute(_CLAIM, params)
         row = cursor.fetchone()
-    if row is None:
-        return None
+    return None if row is None else _claim_from_row(row, holder, sent_at)
+
+
+def reclaim(
+    run_id: int, *, node: str, pid: int, task_id: str, holder: str | None, claimed_at: float
+) -> Claim | None:
+    """The claim this delivery (``node``, ``pid``, ``task_id``) made of run ``run_id`` but whose
+    reply a broken connection cut (``claimed_at``: when it was sent, monotonic); ``None`` when
+    that claim never committed, or its lease is no longer live. Only for the delivery that sent
+    the claim (jobs.guard.reconnect): another delivery of the same message in this process would
+    look the same to the database."""
+    params = {"run_id": run_id, "node": node, "pid": pid, "task_id": task_id, "holder": holder}
+    with statement_cursor() as cursor:
+        cursor.execute(_RECLAIM, params)
+        row = cursor.fetchone()
+    return None if row is None else _claim_from_row(row, holder, claimed_at)
+
+
+def recorded_status(run_id: int, *, token: int | None) -> str | None:
+    """The status recorded for run ``run_id`` once it ended, if it still carries ``token`` (the
+    finish whose reply a broken connection cut went through); ``None`` while it runs."""
+    with statement_cursor() as cursor:
+        cursor.execute(_RECORDED_STATUS, {"run_id": run_id, "token": token})
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
+
+
+def _claim_from_row(row: Sequence[Any], holder: str | None, sent_at: float) -> Claim:
     tail = 8 + len(_JOB_FIELDS)
     job = _job_from_columns(row[8:tail])
     held = None

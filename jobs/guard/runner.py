@@ -23,7 +23,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from jobs import backfill, dependencies, dispatch, logcontext, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
-from jobs.guard import policies, run_records, shutdown_notice
+from jobs.guard import policies, reconnect, run_records, shutdown_notice
 from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
@@ -55,16 +55,14 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> Delivery:
     """Execute run ``run_id`` on this node, at most once however often its message arrives;
     returns what this delivery did (recorded before it returns)."""
     _recycle_connection()
-    fields: dict[str, Any] = {"run_id": run_id, "node": node}
     holder = f"{node}:{os.getpid()}:run-{run_id}"
-    claim = run_records.claim(
-        run_id,
-        node=node,
-        pid=os.getpid(),
-        task_id=task_id,
-        holder=holder,
-        keyed_tasks=registry.keyed_names(),
-    )
+    with reconnect.delivering(run_id) as alone:
+        return _execute(run_id, task_id=task_id, node=node, holder=holder, may_reclaim=alone)
+
+
+def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: bool) -> Delivery:
+    fields: dict[str, Any] = {"run_id": run_id, "node": node}
+    claim = _claim(run_id, task_id=task_id, node=node, holder=holder, may_reclaim=may_reclaim)
     if claim is None:
         status = run_records.count_duplicate(run_id)
         log.warning(
@@ -123,6 +121,36 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> Delivery:
     finally:
         keeper.stop()
     return _finish(job, claim, keeper.current, _settle(outcome, job, keeper), fields)
+
+
+def _claim(
+    run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: bool
+) -> run_records.Claim | None:
+    """``run_records.claim``; when the connection breaks under it, the claim it made (read
+    back) or a new one (jobs.guard.reconnect)."""
+    pid, sent_at = os.getpid(), time.monotonic()
+
+    def claim() -> run_records.Claim | None:
+        return run_records.claim(
+            run_id,
+            node=node,
+            pid=pid,
+            task_id=task_id,
+            holder=holder,
+            keyed_tasks=registry.keyed_names(),
+        )
+
+    def read_back_or_claim() -> run_records.Claim | None:
+        if may_reclaim:
+            made = run_records.reclaim(
+                run_id, node=node, pid=pid, task_id=task_id, holder=holder, claimed_at=sent_at
+            )
+            if made is not None:
+                log.info("the cut claim had gone through", extra={"action": "reclaimed"})
+                return made
+        return claim()
+
+    return reconnect.surviving_disconnect(claim, read_back_or_claim, what="claim", run_id=run_id)
 
 
 def refuse_unknown_task(
@@ -216,17 +244,18 @@ def _finish(
     retry_delay = None
     if outcome.retryable and claim.attempt <= job.max_retries:
         retry_delay = policies.retry_delay(job.retry_backoff, claim.attempt)
-    if held is None:
-        finished = run_records.finish_unleased(
-            claim.run_id,
-            status=outcome.status,
-            error=outcome.error,
-            traceback=outcome.traceback,
-            result=outcome.result,
-            retry_delay=retry_delay,
-        )
-    else:
-        finished = run_records.finish_fenced(
+
+    def finish() -> run_records.Finished:
+        if held is None:
+            return run_records.finish_unleased(
+                claim.run_id,
+                status=outcome.status,
+                error=outcome.error,
+                traceback=outcome.traceback,
+                result=outcome.result,
+                retry_delay=retry_delay,
+            )
+        return run_records.finish_fenced(
             claim.run_id,
             key=held.key,
             token=held.token,
@@ -237,6 +266,20 @@ def _finish(
             min_hold=job.min_hold,
             retry_delay=retry_delay,
         )
+
+    def finish_or_read_back() -> run_records.Finished:
+        # A cut finish that went through left the run ended under this token: what it recorded
+        # is read back (a retry it made is published by maintenance, as for a crashed worker).
+        finished = finish()
+        if finished.status is not None:
+            return finished
+        token = None if held is None else held.token
+        return run_records.Finished(run_records.recorded_status(claim.run_id, token=token))
+
+    finished = reconnect.surviving_disconnect(
+        finish, finish_or_read_back, what="finish", run_id=claim.run_id
+    )
+    if held is not None:
         fields = {**fields, "key": held.key, "token": held.token}
     log.info(
         "run finished: %s",

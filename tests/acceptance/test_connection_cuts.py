@@ -1,0 +1,108 @@
+"""A real worker's database connection cut at the worst moments (jobs.guard.reconnect).
+
+The worker reaches PostgreSQL through a proxy (tests/support/connection_cutter.py) that cuts its
+connection once: after the claim committed but before its reply arrived, or as the finish is
+sent, or after the finish committed. Each time the run executes once and its record says what
+happened (not ``running`` until its lease lapses, then ``lost``); executions are counted from
+the file the job appends to, runs from the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+
+from jobs.audit import Actor
+from jobs.dispatch import trigger_now
+from jobs.models import JobRun, RunStatus
+from jobs.schedule.kinds import Every
+from jobs.services import JobDefinition, create_job
+from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.connection_cutter import ConnectionCutter
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture
+def cutter(transactional_db: None) -> Iterator[ConnectionCutter]:
+    db = settings.DATABASES["default"]
+    host = db.get("HOST") or "127.0.0.1"
+    port = int(db.get("PORT") or 5432)
+    if host.startswith("/"):  # the embedded server's socket: the proxy itself listens on TCP
+        upstream: str | tuple[str, int] = f"{host}/.s.PGSQL.{port}"
+    else:
+        upstream = (host, port)
+    proxy = ConnectionCutter(upstream)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+def _through(cutter: ConnectionCutter) -> str:
+    db = settings.DATABASES["default"]
+    auth = quote(db.get("USER") or "", safe="")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"], safe="")
+    return f"postgresql://{auth}@127.0.0.1:{cutter.port}/{db['NAME']}"
+
+
+@pytest.mark.parametrize(
+    ("statement", "after_commit"),
+    [("jobs_claim_run", True), ("jobs_finish_run", False), ("jobs_finish_run", True)],
+    ids=["claim reply lost", "finish never sent", "finish reply lost"],
+)
+def test_a_run_whose_connection_is_cut_runs_once_and_is_recorded(
+    cluster: Cluster, cutter: ConnectionCutter, tmp_path: Path, statement: str, after_commit: bool
+) -> None:
+    log = tmp_path / "executions.log"
+    job = create_job(
+        JobDefinition(
+            name="cut",
+            task="tests.record",
+            schedule=Every(3600),
+            kwargs={"log": str(log)},
+            policies={"queue": cluster.queue, "lease_ttl": 60},
+        ),
+        actor=Actor.code("tests"),
+    )
+    cluster.env["DATABASE_URL"] = _through(cutter)
+    cluster.start_worker("node-a", concurrency=1)
+    cutter.cut(statement, after_commit=after_commit)
+    run = trigger_now(job)
+
+    def ended() -> bool:
+        return JobRun.objects.get(pk=run.pk).status not in (RunStatus.SCHEDULED, RunStatus.RUNNING)
+
+    # Well inside the lease's 60 s: an ending only through its lapse would be too late.
+    wait_for(ended, 30, "the run to be recorded ended")
+    recorded = JobRun.objects.get(pk=run.pk)
+    assert recorded.status == RunStatus.SUCCEEDED, recorded.error
+    assert len(log.read_text().splitlines()) == 1
+    assert cutter.cuts == 1
+    worker_log = cluster.log_of("node-a")
+    assert "reconnecting to learn what was recorded" in worker_log
+    if statement == "jobs_claim_run":  # the claim committed: read back, not made again
+        assert "the cut claim had gone through" in worker_log
+    # Celery was told the run's outcome, not the broken connection's error.
+    wait_for(lambda: "succeeded in" in cluster.log_of("node-a"), 10, "the task to succeed")
+    assert "OperationalError" not in cluster.log_of("node-a")
+
+
+def test_the_cutter_relays_unarmed_and_cuts_once(cutter: ConnectionCutter) -> None:
+    """The proxy itself: a connection through it works, and an armed cut happens once."""
+    import psycopg
+
+    url = _through(cutter)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    cutter.cut("SELECT 2", after_commit=True)
+    with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT 2")
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+    assert cutter.cuts == 1

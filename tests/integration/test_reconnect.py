@@ -1,0 +1,181 @@
+"""A claim or finish whose connection broke (jobs.guard.reconnect), against real PostgreSQL.
+
+The cut is simulated here (the statement commits, then the call raises as a broken connection
+does, or it raises before reaching the server); tests/acceptance/test_connection_cuts.py cuts a
+real worker's connection with a proxy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+from django.utils import timezone
+
+from jobs.guard import lease, reconnect, run_records
+from jobs.guard.runner import execute_run
+from jobs.models import Job, JobRun, RunStatus, Trigger
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CUT = "server closed the connection unexpectedly"
+
+
+def _run(job: Job) -> JobRun:
+    return JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+
+
+def _executions(tmp_path: Path) -> list[str]:
+    log = tmp_path / "executions.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture(autouse=True)
+def short_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reconnect, "FIRST_PAUSE_SECONDS", 0.01)
+
+
+def _cut_once(monkeypatch: pytest.MonkeyPatch, name: str, *, committed: bool) -> Callable[[], int]:
+    """Make the first call of ``run_records.<name>`` fail as a cut connection does, after
+    (``committed``) or instead of reaching the database; how many calls were made."""
+    real = getattr(run_records, name)
+    calls = 0
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            return real(*args, **kwargs)
+        if committed:
+            real(*args, **kwargs)
+        raise OperationalError(CUT)
+
+    monkeypatch.setattr(run_records, name, cut)
+    return lambda: calls
+
+
+def _claimed(job: Job, **who: Any) -> tuple[JobRun, run_records.Claim]:
+    run = _run(job)
+    made = run_records.claim(run.pk, **{"node": "n", "pid": 1, "task_id": "t", **who})
+    assert made is not None
+    return run, made
+
+
+def test_a_claim_reads_back_as_the_delivery_that_made_it(make_job: Callable[..., Job]) -> None:
+    run, made = _claimed(make_job(), holder="n:1:run")
+    again = run_records.reclaim(
+        run.pk, node="n", pid=1, task_id="t", holder="n:1:run", claimed_at=time.monotonic()
+    )
+    assert again is not None and made.lease is not None and again.lease is not None
+    assert (again.status, again.job.name, again.attempt) == (RunStatus.RUNNING, "j", 1)
+    assert (again.lease.key, again.lease.token) == (made.lease.key, made.lease.token)
+
+
+@pytest.mark.parametrize(
+    "who",
+    [
+        {"node": "other"},
+        {"pid": 2},
+        {"task_id": "a redelivery"},
+        {"holder": "n:1:another-run"},
+    ],
+)
+def test_a_claim_does_not_read_back_as_another_delivery(
+    make_job: Callable[..., Job], who: dict[str, Any]
+) -> None:
+    run, _ = _claimed(make_job(), holder="n:1:run")
+    asked = {"node": "n", "pid": 1, "task_id": "t", "holder": "n:1:run", **who}
+    assert run_records.reclaim(run.pk, claimed_at=time.monotonic(), **asked) is None
+
+
+def test_no_claim_reads_back_for_a_scheduled_run_or_a_lapsed_lease(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job()
+    scheduled = _run(job)
+    who: dict[str, Any] = {"node": "n", "pid": 1, "task_id": "t", "holder": "n:1:run"}
+    assert run_records.reclaim(scheduled.pk, claimed_at=0.0, **who) is None
+    run, _ = _claimed(job, holder="n:1:run")
+    assert lease.force_release(job.lock_key)
+    assert run_records.reclaim(run.pk, claimed_at=0.0, **who) is None
+
+
+def test_a_claim_cut_after_its_commit_runs_the_run_once(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run = _run(make_job())
+    calls = _cut_once(monkeypatch, "claim", committed=True)
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
+    assert len(_executions(tmp_path)) == 1
+    assert calls() == 1  # read back: no second claim was needed
+
+
+def test_a_claim_cut_before_the_database_claims_afresh(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run = _run(make_job())
+    calls = _cut_once(monkeypatch, "claim", committed=False)
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    assert delivery.status == RunStatus.SUCCEEDED
+    assert len(_executions(tmp_path)) == 1 and calls() == 2
+
+
+def test_a_second_delivery_in_the_same_process_never_reads_a_cut_claim_back(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run = _run(make_job())
+    _cut_once(monkeypatch, "claim", committed=True)
+    with reconnect.delivering(run.pk) as alone:  # the first delivery, still being handled
+        assert alone
+        delivery = execute_run(run.pk, task_id="t", node="n")
+    assert delivery.duplicate and _executions(tmp_path) == []
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["before", "after its commit"])
+@pytest.mark.parametrize("overlap", ["skip", "allow"])
+def test_a_cut_finish_records_the_outcome_once(
+    make_job: Callable[..., Job],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    committed: bool,
+    overlap: str,
+) -> None:
+    run = _run(make_job(overlap=overlap))
+    name = "finish_fenced" if overlap == "skip" else "finish_unleased"
+    _cut_once(monkeypatch, name, committed=committed)
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
+    assert delivery.reason == "" and run.error == ""
+    assert len(_executions(tmp_path)) == 1
+    if overlap == "skip":
+        assert lease.current_holder("job:j") is None  # given back
+
+
+def test_a_database_out_for_longer_than_the_window_fails_the_delivery(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run = _run(make_job())
+    monkeypatch.setattr(reconnect, "RECONNECT_WINDOW_SECONDS", 0.05)
+
+    def unreachable(*_: Any, **__: Any) -> Any:
+        raise OperationalError(CUT)
+
+    monkeypatch.setattr(run_records, "claim", unreachable)
+    monkeypatch.setattr(run_records, "reclaim", unreachable)
+    with pytest.raises(OperationalError):
+        execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SCHEDULED and _executions(tmp_path) == []
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_deliveries() -> Iterator[None]:
+    yield
+    assert not reconnect._delivering, "a delivery stayed registered"

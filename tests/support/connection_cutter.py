@@ -1,0 +1,134 @@
+"""A TCP proxy in front of PostgreSQL that cuts one connection at a chosen statement.
+
+``cut(marker, after_commit=...)`` arms it once: the next connection whose client sends bytes
+holding ``marker`` (a statement's text: psycopg sends it when it first prepares it on that
+connection) is cut either before those bytes reach the server (the statement never runs), or
+after the server answered them in full (up to its ReadyForQuery, sent once the statement
+committed) without passing the answer on: the statement committed and its reply was lost, as
+when a database restarts, a failover happens or a network drops at the worst moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from dataclasses import dataclass
+
+# The server's ReadyForQuery message (type Z, length 5) ends every answer, then a status byte.
+_READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
+
+
+@dataclass
+class _Armed:
+    marker: bytes
+    after_commit: bool
+
+
+class ConnectionCutter:
+    def __init__(self, upstream: str | tuple[str, int]) -> None:
+        """``upstream``: the server's (host, port), or the path of its Unix socket."""
+        self._upstream = upstream
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._armed: _Armed | None = None
+        self.cuts = 0
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self, marker: str, *, after_commit: bool) -> None:
+        with self._lock:
+            self._armed = _Armed(marker.encode(), after_commit)
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = self._connect_upstream()
+            _Pair(self, client, server).start()
+
+    def _connect_upstream(self) -> socket.socket:
+        if isinstance(self._upstream, str):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(self._upstream)
+            return server
+        return socket.create_connection(self._upstream)
+
+    def _take(self, data: bytes) -> _Armed | None:
+        """The armed cut, disarmed, if ``data`` (from a client) holds its marker."""
+        with self._lock:
+            armed = self._armed
+            if armed is None or armed.marker not in data:
+                return None
+            self._armed = None
+            self.cuts += 1
+            return armed
+
+
+class _Pair:
+    """One client connection and its server connection, relayed both ways."""
+
+    def __init__(self, cutter: ConnectionCutter, client: socket.socket, server: socket.socket):
+        self._cutter = cutter
+        self._client = client
+        self._server = server
+        self._swallowing = False  # the server's answer to the cut statement is being dropped
+
+    def start(self) -> None:
+        threading.Thread(target=self._from_client, daemon=True).start()
+        threading.Thread(target=self._from_server, daemon=True).start()
+
+    def _from_client(self) -> None:
+        while data := self._recv(self._client):
+            armed = self._cutter._take(data)
+            if armed is not None and not armed.after_commit:
+                self._close()
+                return
+            if armed is not None:
+                self._swallowing = True
+            if not self._send(self._server, data):
+                return
+        self._close()
+
+    def _from_server(self) -> None:
+        answer = b""
+        while data := self._recv(self._server):
+            if self._swallowing:
+                answer += data
+                if answer[-6:-1] == _READY_FOR_QUERY:
+                    self._close()
+                    return
+                continue
+            if not self._send(self._client, data):
+                return
+        self._close()
+
+    @staticmethod
+    def _recv(sock: socket.socket) -> bytes:
+        try:
+            return sock.recv(65536)
+        except OSError:
+            return b""
+
+    @staticmethod
+    def _send(sock: socket.socket, data: bytes) -> bool:
+        try:
+            sock.sendall(data)
+        except OSError:
+            return False
+        return True
+
+    def _close(self) -> None:
+        for sock in (self._client, self._server):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
