@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from jobs import dispatch
-from jobs.guard import lease, run_records, shutdown_notice
+from jobs.guard import lease, reconnect, run_records, shutdown_notice
 from jobs.guard.lease import HeldLease, LeaseHolder
 from jobs.models import Job, Overlap
 
@@ -77,12 +77,35 @@ def _try_each_lease(
     first taken, else the last try's answer (``None``: the run is no longer this worker's)."""
     attempt = None
     for slot_key in lease.slot_keys(key, job.max_concurrency):
-        attempt = run_records.acquire_for_run(
+        attempt = _acquire_for_run(
             run_id, key=slot_key, holder=holder, ttl=job.lease_ttl, within_deadline=within_deadline
         )
         if attempt is None or attempt.lease is not None or (attempt.late and within_deadline):
             return attempt
     return attempt
+
+
+def _acquire_for_run(
+    run_id: int, *, key: str, holder: str, ttl: float, within_deadline: bool
+) -> run_records.AcquireAttempt | None:
+    """``run_records.acquire_for_run``; when the connection breaks under it, the lease it took
+    (read back) or a new try (jobs.guard.reconnect)."""
+    sent_at = time.monotonic()
+
+    def acquire() -> run_records.AcquireAttempt | None:
+        return run_records.acquire_for_run(
+            run_id, key=key, holder=holder, ttl=ttl, within_deadline=within_deadline
+        )
+
+    def read_back_or_acquire() -> run_records.AcquireAttempt | None:
+        taken = run_records.lease_taken_for_run(run_id, holder=holder, ttl=ttl, sent_at=sent_at)
+        if taken is not None:
+            return run_records.AcquireAttempt(late=False, lease=taken, held_by=None)
+        return acquire()
+
+    return reconnect.surviving_disconnect(
+        acquire, read_back_or_acquire, what="lease", run_id=run_id
+    )
 
 
 def held_message(key: str, held_by: LeaseHolder | None, slots: int = 1) -> str:
@@ -117,7 +140,7 @@ def _replace(job: Job, run_id: int, key: str, holder: str) -> HeldLease | Skip |
     # one that is dead or paused loses it within one ttl. Only one that ignores it outlasts this.
     give_up_waiting_at = time.monotonic() + job.lease_ttl + WAIT_POLL_SECONDS
     while True:
-        attempt = run_records.acquire_for_run(
+        attempt = _acquire_for_run(
             run_id, key=key, holder=holder, ttl=job.lease_ttl, within_deadline=False
         )
         if attempt is None or attempt.lease is not None:

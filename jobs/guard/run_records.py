@@ -238,6 +238,15 @@ SELECT run.late, taken.token, taken.expires_at, l.holder, l.token
   LEFT JOIN jobs_lease AS l ON l.key = %(key)s AND l.expires_at > now()
 """
 
+# The lease a try of _ACQUIRE_FOR_RUN took, read back after a broken connection cut its reply.
+_LEASE_TAKEN_FOR_RUN = """
+SELECT l.key, l.token, l.expires_at
+  FROM jobs_jobrun AS r
+  JOIN jobs_lease AS l ON l.key = r.lease_key AND l.token = r.fencing_token
+ WHERE r.id = %(run_id)s AND r.status IS NOT DISTINCT FROM 'running'
+   AND l.holder = %(holder)s AND l.expires_at > now()
+"""
+
 # A retry is a new run of the same job: trigger 'retry', the next attempt, retry_of the run it
 # repeats. After an exception, when the runner passes a delay (retries left, backoff with
 # jitter from jobs.guard.policies). After a lost run, when the job says on_lost=retry, once: the
@@ -486,6 +495,19 @@ def acquire_for_run(
         )
     held_by = None if holder_now is None else LeaseHolder(holder=holder_now, token=token_now)
     return AcquireAttempt(late=late, lease=None, held_by=held_by)
+
+
+def lease_taken_for_run(
+    run_id: int, *, holder: str, ttl: float, sent_at: float
+) -> HeldLease | None:
+    """The live lease that ``holder``'s try at a lease for running run ``run_id`` (sent at
+    ``sent_at``, monotonic) recorded, read back after a broken connection cut its reply; ``None``
+    when that try took none. Only the delivery that claimed the run asks (so ``holder``, its
+    node, pid and run, names it alone)."""
+    with statement_cursor() as cursor:
+        cursor.execute(_LEASE_TAKEN_FOR_RUN, {"run_id": run_id, "holder": holder})
+        row = cursor.fetchone()
+    return None if row is None else held_from_row(row[0], holder, ttl, row[1], row[2], sent_at)
 
 
 def finish_fenced(

@@ -158,6 +158,23 @@ def test_a_cut_finish_records_the_outcome_once(
         assert lease.current_holder("job:j") is None  # given back
 
 
+@pytest.mark.parametrize("committed", [False, True], ids=["before", "after its commit"])
+def test_a_cut_lease_try_of_a_claimed_run_runs_it_once(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, committed: bool
+) -> None:
+    """A key derived from arguments is taken after the claim (run_records.acquire_for_run)."""
+    log = tmp_path / "executions.log"
+    run = _run(make_job(task="tests.by_city", kwargs={"log": str(log), "city": "Oslo"}))
+    calls = _cut_once(monkeypatch, "acquire_for_run", committed=committed)
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
+    assert run.lease_key == "city:Oslo" and run.fencing_token == 1
+    assert len(_executions(tmp_path)) == 1
+    assert calls() == (1 if committed else 2)  # read back, or tried again
+    assert lease.current_holder("city:Oslo") is None
+
+
 def test_a_database_out_for_longer_than_the_window_fails_the_delivery(
     make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
