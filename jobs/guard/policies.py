@@ -99,9 +99,10 @@ def _acquire_for_run(
 
     def read_back_or_acquire() -> run_records.AcquireAttempt | None:
         taken = run_records.lease_taken_for_run(run_id, holder=holder, ttl=ttl, sent_at=sent_at)
-        if taken is not None:
-            return run_records.AcquireAttempt(late=False, lease=taken, held_by=None)
-        return acquire()
+        if taken is None:
+            return acquire()
+        held = reconnect.refreshed(taken)
+        return None if held is None else run_records.AcquireAttempt(False, held, None)
 
     return reconnect.surviving_disconnect(
         acquire, read_back_or_acquire, what="lease", run_id=run_id

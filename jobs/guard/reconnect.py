@@ -21,6 +21,9 @@ from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
+from jobs.guard import lease
+from jobs.guard.lease import HeldLease
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -70,6 +73,13 @@ def surviving_disconnect(
                 raise
             error = exc
             pause = min(pause * 2, LONGEST_PAUSE_SECONDS)
+
+
+def refreshed(held: HeldLease) -> HeldLease | None:
+    """A lease read back after a reconnect, renewed now: its local deadline counted from the cut
+    statement's send, perhaps most of a ttl ago, would stop the run early or leave its keeper
+    no time to renew. ``None`` when it lapsed meanwhile: the run is no longer this worker's."""
+    return lease.renew(held)
 
 
 @contextlib.contextmanager

@@ -147,10 +147,24 @@ def _claim(
             )
             if made is not None:
                 log.info("the cut claim had gone through", extra={"action": "reclaimed"})
-                return made
+                return _with_refreshed_lease(made)
         return claim()
 
     return reconnect.surviving_disconnect(claim, read_back_or_claim, what="claim", run_id=run_id)
+
+
+def _with_refreshed_lease(claim: run_records.Claim) -> run_records.Claim | None:
+    if claim.lease is None:
+        return claim
+    held = reconnect.refreshed(claim.lease)
+    if held is None:
+        log.warning(
+            "the cut claim's lease lapsed before the worker got back: not running it (recorded "
+            "lost by maintenance)",
+            extra={"action": "reclaimed_too_late"},
+        )
+        return None
+    return replace(claim, lease=held)
 
 
 def refuse_unknown_task(

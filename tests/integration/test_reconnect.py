@@ -116,6 +116,46 @@ def test_a_claim_cut_after_its_commit_runs_the_run_once(
     assert calls() == 1  # read back: no second claim was needed
 
 
+def test_a_claim_read_back_late_runs_on_a_renewed_lease(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The reconnect took most of the lease's ttl (here: its local deadline already passed):
+    the lease is renewed before the run starts, or the run would count as lost."""
+    run = _run(make_job())
+    _cut_once(monkeypatch, "claim", committed=True)
+    real = run_records.reclaim
+
+    def read_back_long_after(*args: Any, **kwargs: Any) -> run_records.Claim | None:
+        made = real(*args, **{**kwargs, "claimed_at": time.monotonic() - 3600})
+        assert made is not None and made.lease is not None and not made.lease.locally_valid
+        return made
+
+    monkeypatch.setattr(run_records, "reclaim", read_back_long_after)
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), run.error
+    assert len(_executions(tmp_path)) == 1
+
+
+def test_a_claim_read_back_after_its_lease_lapsed_does_not_run(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    job = make_job()
+    run = _run(job)
+    real = run_records.claim
+
+    def cut_and_lapse(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(run_records, "claim", real)
+        made = real(*args, **kwargs)
+        assert made is not None and made.lease is not None
+        lease.force_release(job.lock_key)  # lapsed (or taken over) while the worker was away
+        raise OperationalError(CUT)
+
+    monkeypatch.setattr(run_records, "claim", cut_and_lapse)
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    assert delivery.duplicate and _executions(tmp_path) == []
+
+
 def test_a_claim_cut_before_the_database_claims_afresh(
     make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
