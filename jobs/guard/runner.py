@@ -64,7 +64,7 @@ def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: 
     fields: dict[str, Any] = {"run_id": run_id, "node": node}
     claim = _claim(run_id, task_id=task_id, node=node, holder=holder, may_reclaim=may_reclaim)
     if claim is None:
-        status = run_records.count_duplicate(run_id)
+        status = _count_duplicate(run_id)
         log.warning(
             "duplicate delivery ignored (run is %s)",
             status or "gone",
@@ -151,6 +151,20 @@ def _claim(
         return claim()
 
     return reconnect.surviving_disconnect(claim, read_back_or_claim, what="claim", run_id=run_id)
+
+
+def _count_duplicate(run_id: int) -> str | None:
+    """``run_records.count_duplicate``; the count is only a statistic: a connection broken under
+    it must not turn the duplicate's task (which shares the run's task id) into a failure."""
+    try:
+        return run_records.count_duplicate(run_id)
+    except reconnect.CONNECTION_ERRORS as exc:
+        log.warning(
+            "could not count a duplicate delivery: %s",
+            exc,
+            extra={"action": "duplicate_not_counted", "run_id": run_id},
+        )
+        return "not known (the database could not be reached)"
 
 
 def _with_refreshed_lease(claim: run_records.Claim) -> run_records.Claim | None:

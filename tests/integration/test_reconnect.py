@@ -215,6 +215,15 @@ def test_a_cut_lease_try_of_a_claimed_run_runs_it_once(
     assert lease.current_holder("city:Oslo") is None
 
 
+def test_a_duplicate_whose_count_is_cut_stays_a_duplicate(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run, _ = _claimed(make_job(), holder="n:1:run")
+    _cut_once(monkeypatch, "count_duplicate", committed=False)
+    delivery = execute_run(run.pk, task_id="t", node="other")
+    assert delivery.duplicate and _executions(tmp_path) == []
+
+
 def test_a_database_out_for_longer_than_the_window_fails_the_delivery(
     make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
