@@ -106,3 +106,30 @@ def test_the_cutter_relays_unarmed_and_cuts_once(cutter: ConnectionCutter) -> No
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT 2").fetchone() == (2,)
     assert cutter.cuts == 1
+
+
+def test_the_cutter_cuts_a_prepared_statement_after_it_committed(cutter: ConnectionCutter) -> None:
+    """psycopg prepares in a round trip of its own: the cut waits for the execution's answer."""
+    import psycopg
+
+    url = _through(cutter)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE cut_probe (n integer)")
+    try:
+        cutter.cut("INSERT INTO cut_probe", after_commit=True)
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            pytest.raises(psycopg.OperationalError),
+        ):
+            conn.execute("INSERT INTO cut_probe VALUES (1)", prepare=True)
+        cutter.cut("INSERT INTO cut_probe", after_commit=False)
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            pytest.raises(psycopg.OperationalError),
+        ):
+            conn.execute("INSERT INTO cut_probe VALUES (2)", prepare=True)
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT n FROM cut_probe").fetchall() == [(1,)]
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP TABLE cut_probe")

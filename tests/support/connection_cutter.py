@@ -73,6 +73,17 @@ class ConnectionCutter:
             return armed
 
 
+def _message_types(stream: bytes) -> bytes:
+    """The type bytes of the whole server messages in ``stream`` (type, then a 4-byte length
+    that counts itself)."""
+    types = bytearray()
+    at = 0
+    while at + 5 <= len(stream):
+        types.append(stream[at])
+        at += 1 + int.from_bytes(stream[at + 1 : at + 5], "big")
+    return bytes(types)
+
+
 class _Pair:
     """One client connection and its server connection, relayed both ways."""
 
@@ -101,14 +112,22 @@ class _Pair:
     def _from_server(self) -> None:
         answer = b""
         while data := self._recv(self._server):
-            if self._swallowing:
-                answer += data
-                if answer[-6:-1] == _READY_FOR_QUERY:
-                    self._close()
+            if not self._swallowing:
+                if not self._send(self._client, data):
                     return
                 continue
-            if not self._send(self._client, data):
+            # The client waits for each answer before it sends more, so the armed statement's
+            # answers start at a message boundary; each ends with ReadyForQuery.
+            answer += data
+            if answer[-6:-1] != _READY_FOR_QUERY:
+                continue
+            if b"C" in _message_types(answer):  # CommandComplete: it was executed (and committed)
+                self._close()
                 return
+            # Only its parsing (psycopg prepares a statement in a round trip of its own).
+            if not self._send(self._client, answer):
+                return
+            answer = b""
         self._close()
 
     @staticmethod
