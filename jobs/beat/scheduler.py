@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery.beat import Scheduler
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.utils import timezone
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -31,6 +31,7 @@ from jobs.alerts.sender import AlertSender
 from jobs.beat import adoption, changelog, coalescing, entries, schedule_errors
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
+from jobs.beat.uncertain_slots import UncertainSlots
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
 from jobs.dispatch import is_burst, publishing
@@ -151,6 +152,7 @@ class ClusterScheduler(Scheduler):
         self._last_read = 0.0  # monotonic time of the last change-log read
         self._started = False
         self._set_aside: dict[int, str] = {}  # job id -> why no slot can be computed
+        self._uncertain = UncertainSlots()  # slots whose insert may have committed unseen
         self._errors_to_write: dict[int, str] = {}
         self._maintenance = (
             MaintenanceLoop(conf.maintenance_interval, conf.republish_after) if maintain else None
@@ -242,6 +244,7 @@ class ClusterScheduler(Scheduler):
                     fire.extend(decided[0])
                     missed.extend(decided[1])
             self._record(fire, missed)
+            self._uncertain.forget_older_than(now)
             self._write_errors()
         except DatabaseError:
             # Nothing of this tick may be lost: the next tick starts again from these slots
@@ -355,12 +358,17 @@ class ClusterScheduler(Scheduler):
         with publishing(self.producer, burst=is_burst(len(ordered))) as publisher:
             for start in range(0, len(ordered), PUBLISH_CHUNK):
                 chunk = ordered[start : start + PUBLISH_CHUNK]
-                won = run_records.insert_scheduled(
-                    [(entry.job_id, slot) for entry, slot in chunk],
-                    reasons=[reasons[entry.job_id, slot] for entry, slot in chunk],
-                )
+                pairs = [(entry.job_id, slot) for entry, slot in chunk]
+                try:
+                    won = run_records.insert_scheduled(
+                        pairs, reasons=[reasons[entry.job_id, slot] for entry, slot in chunk]
+                    )
+                except (OperationalError, InterfaceError):
+                    self._uncertain.add(pairs)  # it may have committed: see uncertain_slots
+                    raise
                 by_id = {entry.job_id: entry for entry, _ in chunk}
                 created += len(won)
+                won = won + self._uncertain.settle(pairs, won)
                 # Slots a calendar skipped are recorded (skipped, with why) and not published.
                 due = [run for run in won if run.status == RunStatus.SCHEDULED]
                 coalesced = coalescing.skip_while_queued(

@@ -140,6 +140,16 @@ ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'scheduled' DO NOTHING
 RETURNING id, job_id, scheduled_for, status
 """
 
+# The runs of given slots still waiting for a worker (jobs.beat.uncertain_slots), found by the
+# slot's unique index.
+_SCHEDULED_RUNS_OF = """
+SELECT r.id, r.job_id, r.scheduled_for, r.status
+  FROM unnest(string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::timestamptz[])
+       AS t(job_id, slot)
+  JOIN jobs_jobrun AS r ON r.job_id = t.job_id AND r.scheduled_for = t.slot
+ WHERE r.trigger = 'scheduled' AND r.status = 'scheduled'
+"""
+
 # The job columns the runner needs, in the order _CLAIM returns them (after the run's columns).
 _JOB_FIELDS = (
     "id", "name", "task", "args", "kwargs", "overlap", "start_deadline", "on_lost",
@@ -359,6 +369,20 @@ def insert_scheduled(
     why = list(reasons) if reasons is not None and any(reasons) else None
     with connection.cursor() as cursor:
         cursor.execute(_INSERT_SLOTS, [job_ids, slots, why])
+        return [
+            NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2], status=r[3])
+            for r in cursor.fetchall()
+        ]
+
+
+def scheduled_runs_of(pairs: Sequence[tuple[int, datetime]]) -> list[NewRun]:
+    """The runs of these ``(job_id, slot)`` scheduled slots that are still ``scheduled``."""
+    if not pairs:
+        return []
+    job_ids = ",".join([str(job_id) for job_id, _ in pairs])
+    slots = ",".join([slot.isoformat() for _, slot in pairs])
+    with connection.cursor() as cursor:
+        cursor.execute(_SCHEDULED_RUNS_OF, [job_ids, slots])
         return [
             NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2], status=r[3])
             for r in cursor.fetchall()

@@ -9,7 +9,9 @@ the file the job appends to, runs from the database.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -91,6 +93,52 @@ def test_a_run_whose_connection_is_cut_runs_once_and_is_recorded(
     # Celery was told the run's outcome, not the broken connection's error.
     wait_for(lambda: "succeeded in" in cluster.log_of("node-a"), 10, "the task to succeed")
     assert "OperationalError" not in cluster.log_of("node-a")
+
+
+def test_a_beat_whose_insert_reply_is_cut_publishes_the_slot_at_once(
+    cluster: Cluster, cutter: ConnectionCutter, tmp_path: Path
+) -> None:
+    """The beat's insert of a slot committed and its reply was lost: at its next tick the beat
+    publishes that run (jobs.beat.uncertain_slots), instead of leaving it to maintenance's
+    re-publish, JOBS_REPUBLISH_AFTER (here 120 s) later."""
+    log = tmp_path / "executions.log"
+    job = create_job(
+        JobDefinition(
+            name="every-2s",
+            task="tests.record",
+            schedule=Every(2),
+            kwargs={"log": str(log)},
+            policies={"queue": cluster.queue, "start_deadline": 300},
+        ),
+        actor=Actor.code("tests"),
+    )
+    cluster.start_worker("node-a", concurrency=2)
+    cluster.start_beat(
+        "beat-a", env={"DATABASE_URL": _through(cutter), "JOBS_REPUBLISH_AFTER": "120"}
+    )
+    runs = JobRun.objects.filter(job=job).order_by("scheduled_for")
+    wait_for(lambda: runs.filter(status=RunStatus.SUCCEEDED).exists(), 60, "a first run")
+    cutter.cut("INSERT INTO jobs_jobrun (job_id, scheduled_for", after_commit=True)
+    wait_for(lambda: cutter.cuts == 1, 30, "the beat's insert to be cut")
+    # The slot whose insert was cut is among the runs recorded by now, or the next one.
+    first = runs.count() + 1
+
+    def first_ended() -> bool:
+        head = list(runs[:first])
+        pending = (RunStatus.SCHEDULED, RunStatus.RUNNING)
+        return len(head) == first and all(run.status not in pending for run in head)
+
+    wait_for(first_ended, 30, "every slot up to the one after the cut to run")
+    assert "beat tick failed" in cluster.log_of("beat-a")
+    head = list(runs[:first])
+    assert {run.status for run in head} == {RunStatus.SUCCEEDED}
+    slots = [run.scheduled_for for run in head]
+    assert all(b - a == timedelta(seconds=2) for a, b in itertools.pairwise(slots))
+    delays = [run.started_at - run.scheduled_for for run in head if run.started_at]
+    assert max(delays) < timedelta(seconds=10), delays
+    executed = [int(line.split()[0]) for line in log.read_text().splitlines()]
+    assert len(executed) == len(set(executed))  # none twice
+    assert {run.pk for run in head} <= set(executed)
 
 
 def test_the_cutter_relays_unarmed_and_cuts_once(cutter: ConnectionCutter) -> None:

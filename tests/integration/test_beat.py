@@ -328,6 +328,67 @@ def test_a_failed_insert_loses_no_slot(
     assert _slots(job) == [clock.now + timedelta(seconds=10)]
 
 
+def test_an_insert_that_committed_unseen_is_published_when_recorded_again(
+    make_job: Callable[..., Job],
+    broker: redis.Redis,
+    clock: VirtualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broken connection cut the insert's reply after its commit: the next tick's insert
+    creates nothing, yet the run goes out now rather than after JOBS_REPUBLISH_AFTER."""
+    from django.db import OperationalError
+
+    from jobs.guard import run_records
+
+    job = make_job(schedule=Every(10), queue=QUEUE)
+    beat = _beat(clock)
+    original = run_records.insert_scheduled
+
+    def committed_unseen(pairs: object, **kwargs: object) -> object:
+        original(pairs, **kwargs)  # type: ignore[arg-type]
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(run_records, "insert_scheduled", committed_unseen)
+    with pytest.raises(OperationalError):
+        _tick(beat, clock.now + timedelta(seconds=10))
+    assert broker.llen(QUEUE) == 0
+    monkeypatch.setattr(run_records, "insert_scheduled", original)
+    _tick(beat, clock.now + timedelta(seconds=11))
+    assert _slots(job) == [clock.now + timedelta(seconds=10)]
+    assert broker.llen(QUEUE) == 1
+    _tick(beat, clock.now + timedelta(seconds=12))  # settled: not published again
+    assert broker.llen(QUEUE) == 1 and len(beat._uncertain) == 0
+
+
+def test_an_uncertain_slot_another_beat_claimed_meanwhile_is_not_published(
+    make_job: Callable[..., Job],
+    broker: redis.Redis,
+    clock: VirtualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import OperationalError
+
+    from jobs.guard import run_records
+
+    job = make_job(schedule=Every(10), queue=QUEUE)
+    beat = _beat(clock)
+
+    def broken(pairs: object, **_: object) -> object:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    original = run_records.insert_scheduled
+    monkeypatch.setattr(run_records, "insert_scheduled", broken)
+    with pytest.raises(OperationalError):
+        _tick(beat, clock.now + timedelta(seconds=10))
+    monkeypatch.setattr(run_records, "insert_scheduled", original)
+    other = _beat(clock)  # won the slot and published it; a worker took it
+    _tick(other, clock.now + timedelta(seconds=10, milliseconds=5))
+    assert broker.llen(QUEUE) == 1
+    JobRun.objects.filter(job=job).update(status=RunStatus.RUNNING)
+    _tick(beat, clock.now + timedelta(seconds=11))
+    assert broker.llen(QUEUE) == 1 and len(beat._uncertain) == 0
+
+
 def test_start_up_is_one_pass_for_many_jobs(
     make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
 ) -> None:
