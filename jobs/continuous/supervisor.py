@@ -23,7 +23,7 @@ from jobs.continuous import tenures
 from jobs.continuous.nodes import LIVE_NODE_PG, MISSED_HEARTBEATS
 from jobs.continuous.placement import plan
 from jobs.exceptions import BadLockKey, UnknownJobFunction
-from jobs.guard import lease
+from jobs.guard import lease, reconnect
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
 from jobs.guard.runner import lock_key_for
@@ -344,6 +344,8 @@ class Supervisor:
         self._free_since: dict[str, float] = {}
         self._extra_keys: set[str] = set()
         self._warned: set[str] = set()
+        # Keys whose start a broken connection cut: the lease may be this node's with no tenure.
+        self._cut_starts: set[str] = set()
         self._next_sweep = time.monotonic() + SWEEP_EVERY
         # What the last full look saw, and until when nothing it knows of falls due.
         self._seen_version: int | None = None
@@ -462,6 +464,11 @@ class Supervisor:
         for key, (job, spec) in jobs.items():
             if key in tenures_now or spec is None or job.queue not in my_queues:
                 continue
+            if key in snap.leases and key in self._cut_starts:
+                self._cut_starts.discard(key)
+                if snap.leases[key][0] == self.holder and self._release_cut_start(key):
+                    self._changed_here = True  # free now: started at the next look
+                    continue
             if key in snap.leases:
                 self._free_since.pop(key, None)
                 expires_in = snap.leases[key][1]
@@ -547,7 +554,11 @@ class Supervisor:
 
     def _start(self, key: str, job: ContinuousJob, spec: registry.JobSpec) -> None:
         ttl = effective_ttl(job.lease_ttl, self.heartbeat)
-        held = lease.acquire(key, self.holder, ttl)
+        try:
+            held = lease.acquire(key, self.holder, ttl)
+        except reconnect.CONNECTION_ERRORS:
+            self._cut_starts.add(key)  # it may have committed: see _release_cut_start
+            raise
         if held is None:
             return
         self._free_since.pop(key, None)
@@ -555,10 +566,13 @@ class Supervisor:
             begun = tenures.begin(
                 job_id=job.id, key=key, token=held.token, node=self.node, pid=self.pid
             )
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, reconnect.CONNECTION_ERRORS):
+                self._cut_starts.add(key)
             with contextlib.suppress(DatabaseError):  # else it lapses within its ttl
                 lease.release(held)
             raise
+        self._cut_starts.discard(key)
         tenure = Tenure(job, spec, held, begun, self._ended)
         with self._lock:
             self._tenures[key] = tenure
@@ -579,6 +593,22 @@ class Supervisor:
                 "node": self.node,
             },
         )
+
+    def _release_cut_start(self, key: str) -> bool:
+        """Give back the lease on ``key`` that this node's start took though a broken
+        connection made it look failed (no tenure runs under it): the job would otherwise wait
+        a whole ttl for it to lapse. Only that holder's token is released."""
+        current = lease.current_holder(key)
+        if current is None or current.holder != self.holder:
+            return False
+        released = lease.force_release(key, token=current.token)
+        if released:
+            log.warning(
+                "gave back the lease on %s that a start cut by a broken connection took",
+                key,
+                extra={"action": "cut_start_released", "key": key, "token": current.token},
+            )
+        return released
 
     def _ended(self, tenure: Tenure) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ the file the job appends to, runs from the database.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -139,6 +140,43 @@ def test_a_beat_whose_insert_reply_is_cut_publishes_the_slot_at_once(
     executed = [int(line.split()[0]) for line in log.read_text().splitlines()]
     assert len(executed) == len(set(executed))  # none twice
     assert {run.pk for run in head} <= set(executed)
+
+
+def test_a_continuous_job_whose_lease_reply_is_cut_starts_without_waiting_for_a_ttl(
+    cluster: Cluster, cutter: ConnectionCutter, tmp_path: Path
+) -> None:
+    """The supervisor's take of a continuous job's lease committed and its reply was lost: the
+    node gives that lease back at its next look and starts the job (token 2), well before the
+    lease's 30 s would have lapsed."""
+    import tests.support.jobs_continuous  # noqa: F401  (registers tests.continuous.step)
+    from tests.support.jobs_continuous import read_events
+
+    log = tmp_path / "continuous.log"
+    job = create_job(
+        JobDefinition(
+            name="poller",
+            task="tests.continuous.step",
+            schedule=None,
+            kwargs={"log": str(log)},
+            policies={"queue": cluster.queue, "lease_ttl": 60},
+        ),
+        actor=Actor.code("tests"),
+    )
+    cluster.env.update(
+        DATABASE_URL=_through(cutter),
+        JOBS_MODULES="tests.support.jobs_under_test,tests.support.jobs_continuous",
+        JOBS_NODE_HEARTBEAT="10",  # continuous leases of 30 s
+    )
+    cutter.cut("expires_at)\nVALUES", after_commit=True)  # lease.acquire's statement
+    cluster.start_worker("node-a", concurrency=1)
+    wait_for(lambda: cutter.cuts == 1, 90, "the supervisor's first lease take to be cut")
+    cut_at = time.monotonic()
+    tenures = JobRun.objects.filter(job=job, status=RunStatus.RUNNING)
+    wait_for(lambda: tenures.filter(fencing_token=2).exists(), 20, "the job to start")
+    assert time.monotonic() - cut_at < 20
+    assert "gave back the lease on job:poller" in cluster.log_of("node-a")
+    wait_for(lambda: any(e.kind == "step" for e in read_events(log)), 10, "a step")
+    assert {event.token for event in read_events(log)} == {2}
 
 
 def test_the_cutter_relays_unarmed_and_cuts_once(cutter: ConnectionCutter) -> None:

@@ -65,11 +65,11 @@ def supervisors() -> Iterator[Callable[..., Supervisor]]:
         )
         nodes.register(info)
         kwargs.setdefault("fallback_after", 3600)
+        kwargs.setdefault("heartbeat", HEARTBEAT)
         supervisor = Supervisor(
             node=name,
             pid=os.getpid(),
             queues=lambda: queues,
-            heartbeat=HEARTBEAT,
             period=0.2,
             shutdown_grace=10,
             **kwargs,
@@ -245,6 +245,48 @@ def test_a_crashing_function_is_recorded_failed_and_restarts_when_its_lease_laps
     assert run.status == RunStatus.FAILED and "boom" in run.error and run.traceback
     assert lease.current_holder(job.lock_key) is not None  # kept: a crash loop is throttled
     _ticks_until(a, lambda: a.held().get(job.lock_key) == token + 1, "the restart")
+
+
+@pytest.mark.parametrize("statement", ["acquire", "begin"])
+def test_a_start_cut_after_its_commit_gives_the_lease_back_at_the_next_look(
+    make_continuous: Callable[..., Job],
+    supervisors: Callable[..., Supervisor],
+    monkeypatch: pytest.MonkeyPatch,
+    statement: str,
+) -> None:
+    """The lease (or the tenure's record too) committed and a broken connection cut the reply:
+    the job starts at the next looks, not once the 30 s lease lapses."""
+    from django.db import OperationalError
+
+    job = make_continuous("c")
+    a = supervisors("a@h", heartbeat=10)  # leases of 30 s
+    module = lease if statement == "acquire" else tenures
+    real = getattr(module, statement)
+
+    def committed_unseen(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(module, statement, real)
+        real(*args, **kwargs)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(module, statement, committed_unseen)
+    real_release = lease.release
+
+    def release_on_the_broken_connection(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(lease, "release", real_release)
+        raise OperationalError("no connection to the server")
+
+    if statement == "begin":  # the start gives its lease back on the same broken connection
+        monkeypatch.setattr(lease, "release", release_on_the_broken_connection)
+    with pytest.raises(OperationalError):
+        a.tick()
+    assert not a.held() and lease.current_holder(job.lock_key) is not None
+    for _ in range(3):  # the look that gives it back, the look that starts it
+        a.tick()
+    assert a.held().get(job.lock_key) == 2
+    running = JobRun.objects.filter(job=job, status=RunStatus.RUNNING)
+    assert [run.fencing_token for run in running] == [2]
+    if statement == "begin":  # the record of the start that never ran
+        assert JobRun.objects.get(job=job, fencing_token=1).status == RunStatus.LOST
 
 
 def test_orphans_nobody_takes_over_are_swept_lost(make_continuous: Callable[..., Job]) -> None:
