@@ -80,17 +80,22 @@ def plain_noop(log: str, n: int) -> None:
 # The floor of any run that is recorded in the database: its start and its outcome are each
 # durable before they count, so at least two commits; here two bare conditional UPDATEs of one
 # row around the same no-op (spread over as many rows as the guarded runs use jobs).
-_FLOOR_UPDATE = "UPDATE bench_floor SET n = n + 1 WHERE id = %(id)s AND n >= 0"
+FLOOR_UPDATE = "UPDATE bench_floor SET n = n + 1 WHERE id = %(id)s AND n >= 0"
 
 
 @shared_task(name="bench.floor_noop")
 def floor_noop(log: str, n: int) -> None:
+    floor_run(log, n)
+
+
+def floor_run(log: str, n: int) -> None:
+    """The floor's work: a commit, the no-op, a commit (bench.guard_cost times it bare)."""
     from jobs.guard.lease import statement_cursor
 
     with statement_cursor() as cursor:
-        cursor.execute(_FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
+        cursor.execute(FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
         append_stamp(log)
-        cursor.execute(_FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
+        cursor.execute(FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
 
 
 if Singleton is not None:
@@ -329,7 +334,7 @@ class Throughput:
         JobRun.objects.all().delete()
 
 
-def _disable_run_triggers() -> None:
+def disable_run_triggers() -> None:
     """The run table's deferred triggers off, in the bench's own database only."""
     from django.db import connection
 
@@ -342,7 +347,7 @@ def _disable_run_triggers() -> None:
             cursor.execute(f"ALTER TABLE jobs_jobrun DISABLE TRIGGER {trigger}")
 
 
-def _create_floor_rows() -> None:
+def create_floor_rows() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -508,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         call_command("migrate", verbosity=0)
         if args.without_run_triggers:
-            _disable_run_triggers()
+            disable_run_triggers()
         print(f"latency: {args.samples} samples per statement...", flush=True)
         latency = measure_latency(args.samples, args.quiet_hour_runs)
         if args.through_pgbouncer:
@@ -523,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             or (kind == "singleton" and Singleton is not None)
         ]
         if not args.skip_throughput:
-            _create_floor_rows()
+            create_floor_rows()
             bench = Throughput(args.tasks, bench_url)
             cpu_ms = bench.cpu_ms
             try:
