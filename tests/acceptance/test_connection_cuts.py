@@ -19,6 +19,7 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 
+from devtools.pgbouncer import Pooler
 from jobs.audit import Actor
 from jobs.dispatch import trigger_now
 from jobs.models import JobRun, RunStatus
@@ -94,6 +95,41 @@ def test_a_run_whose_connection_is_cut_runs_once_and_is_recorded(
     # Celery was told the run's outcome, not the broken connection's error.
     wait_for(lambda: "succeeded in" in cluster.log_of("node-a"), 10, "the task to succeed")
     assert "OperationalError" not in cluster.log_of("node-a")
+
+
+def test_a_claim_whose_reply_is_cut_behind_pgbouncer_runs_once(
+    cluster: Cluster, pgbouncer: Pooler, tmp_path: Path
+) -> None:
+    """The same through PgBouncer in transaction pooling (no prepared statements: the claim's
+    text goes out each time), the cut between the worker and the pooler."""
+    log = tmp_path / "executions.log"
+    job = create_job(
+        JobDefinition(
+            name="pooled",
+            task="tests.record",
+            schedule=Every(3600),
+            kwargs={"log": str(log)},
+            policies={"queue": cluster.queue, "lease_ttl": 60},
+        ),
+        actor=Actor.code("tests"),
+    )
+    cutter = ConnectionCutter(("127.0.0.1", pgbouncer.port))
+    try:
+        cluster.use_pooler(pgbouncer)
+        cluster.env["DATABASE_URL"] = pgbouncer.url.replace(
+            f":{pgbouncer.port}/", f":{cutter.port}/"
+        )
+        cluster.start_worker("node-a", concurrency=1)
+        cutter.cut("jobs_claim_run", after_commit=True)
+        run = trigger_now(job)
+        pending = (RunStatus.SCHEDULED, RunStatus.RUNNING)
+        wait_for(lambda: JobRun.objects.get(pk=run.pk).status not in pending, 30, "the run to end")
+    finally:
+        cutter.close()
+    recorded = JobRun.objects.get(pk=run.pk)
+    assert recorded.status == RunStatus.SUCCEEDED, recorded.error
+    assert len(log.read_text().splitlines()) == 1 and cutter.cuts == 1
+    assert "the cut claim had gone through" in cluster.log_of("node-a")
 
 
 def test_a_beat_whose_insert_reply_is_cut_publishes_the_slot_at_once(

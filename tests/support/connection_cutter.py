@@ -44,6 +44,8 @@ class ConnectionCutter:
     def close(self) -> None:
         self._closed.set()
         with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        with contextlib.suppress(OSError):
             self._listener.close()
 
     def _accept(self) -> None:
@@ -52,7 +54,11 @@ class ConnectionCutter:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            server = self._connect_upstream()
+            try:
+                server = self._connect_upstream()
+            except OSError:  # the server is gone (stopped first at a test's end): as a refusal
+                client.close()
+                continue
             _Pair(self, client, server).start()
 
     def _connect_upstream(self) -> socket.socket:
