@@ -224,6 +224,26 @@ def test_a_duplicate_whose_count_is_cut_stays_a_duplicate(
     assert delivery.duplicate and _executions(tmp_path) == []
 
 
+def test_a_lease_read_back_late_runs_on_a_renewed_lease(
+    make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    run = _run(make_job(task="tests.by_city", kwargs={"log": str(log), "city": "Oslo"}))
+    _cut_once(monkeypatch, "acquire_for_run", committed=True)
+    real = run_records.lease_taken_for_run
+
+    def read_back_long_after(*args: Any, **kwargs: Any) -> Any:
+        taken = real(*args, **{**kwargs, "sent_at": time.monotonic() - 3600})
+        assert taken is not None and not taken.locally_valid
+        return taken
+
+    monkeypatch.setattr(run_records, "lease_taken_for_run", read_back_long_after)
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), run.error
+    assert len(_executions(tmp_path)) == 1
+
+
 def test_a_database_out_for_longer_than_the_window_fails_the_delivery(
     make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
