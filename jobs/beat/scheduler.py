@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery.beat import Scheduler
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -35,7 +35,7 @@ from jobs.beat.uncertain_slots import UncertainSlots
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
 from jobs.dispatch import is_burst, publishing
-from jobs.guard import run_records
+from jobs.guard import reconnect, run_records
 from jobs.models import Job, RunStatus, job_from_columns
 from jobs.schedule import calendars, catchup, slots
 from jobs.schedule.kinds import At, Schedule
@@ -363,7 +363,7 @@ class ClusterScheduler(Scheduler):
                     won = run_records.insert_scheduled(
                         pairs, reasons=[reasons[entry.job_id, slot] for entry, slot in chunk]
                     )
-                except (OperationalError, InterfaceError):
+                except reconnect.CONNECTION_ERRORS:
                     self._uncertain.add(pairs)  # it may have committed: see uncertain_slots
                     raise
                 by_id = {entry.job_id: entry for entry, _ in chunk}

@@ -556,21 +556,12 @@ class Supervisor:
         ttl = effective_ttl(job.lease_ttl, self.heartbeat)
         try:
             held = lease.acquire(key, self.holder, ttl)
+            if held is None:
+                return
+            self._free_since.pop(key, None)
+            begun = self._begin(job, key, held)
         except reconnect.CONNECTION_ERRORS:
             self._cut_starts.add(key)  # it may have committed: see _release_cut_start
-            raise
-        if held is None:
-            return
-        self._free_since.pop(key, None)
-        try:
-            begun = tenures.begin(
-                job_id=job.id, key=key, token=held.token, node=self.node, pid=self.pid
-            )
-        except BaseException as exc:
-            if isinstance(exc, reconnect.CONNECTION_ERRORS):
-                self._cut_starts.add(key)
-            with contextlib.suppress(DatabaseError):  # else it lapses within its ttl
-                lease.release(held)
             raise
         self._cut_starts.discard(key)
         tenure = Tenure(job, spec, held, begun, self._ended)
@@ -593,6 +584,17 @@ class Supervisor:
                 "node": self.node,
             },
         )
+
+    def _begin(self, job: ContinuousJob, key: str, held: HeldLease) -> tenures.Begun:
+        """The tenure's record, or the lease given back (else it lapses within its ttl)."""
+        try:
+            return tenures.begin(
+                job_id=job.id, key=key, token=held.token, node=self.node, pid=self.pid
+            )
+        except BaseException:
+            with contextlib.suppress(DatabaseError):
+                lease.release(held)
+            raise
 
     def _release_cut_start(self, key: str) -> bool:
         """Give back the lease on ``key`` that this node's start took though a broken

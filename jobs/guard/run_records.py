@@ -177,15 +177,14 @@ SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::intege
 # that lease is live and held by the same holder; nothing when the claim never committed (the
 # run is still scheduled, or someone else's) or its lease lapsed meanwhile (maintenance records
 # the run lost). Not a hot path: a plain statement rather than a function.
+_RECLAIMED_JOB_COLUMNS = ", ".join(
+    f"coalesce(jr.{name}, j.{name})::text" if name in ("args", "kwargs") else f"j.{name}"
+    for name in _JOB_FIELDS
+)
 _RECLAIM = f"""
 SELECT jr.id, jr.scheduled_for, jr.attempt, jr.status, jr.error,
        CASE WHEN l.token IS NULL THEN NULL ELSE jr.lease_key END, l.token, l.expires_at,
-       {
-    ", ".join(
-        f"j.{name}" if name not in ("args", "kwargs") else f"coalesce(jr.{name}, j.{name})::text"
-        for name in _JOB_FIELDS
-    )
-},
+       {_RECLAIMED_JOB_COLUMNS},
        jr.trigger, jr.upstream_run_id,
        EXISTS (SELECT 1 FROM jobs_job_upstreams AS d WHERE d.to_job_id = j.id)
   FROM jobs_jobrun AS jr JOIN jobs_job AS j ON j.id = jr.job_id
@@ -361,28 +360,29 @@ def insert_scheduled(
     ``reasons`` entry (the job's calendar) or in a blackout window is recorded skipped."""
     if not pairs:
         return []
-    # The ids and slots as one text each (PostgreSQL splits and parses them), the reasons only
-    # when one is given: psycopg dumps a list element by element in Python, which cost a burst
-    # ~12 ms a chunk of 500, a sixth of its tick.
-    job_ids = ",".join([str(job_id) for job_id, _ in pairs])
-    slots = ",".join([slot.isoformat() for _, slot in pairs])
+    # The reasons only when one is given (see _as_texts for the ids and slots).
     why = list(reasons) if reasons is not None and any(reasons) else None
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_SLOTS, [job_ids, slots, why])
-        return [
-            NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2], status=r[3])
-            for r in cursor.fetchall()
-        ]
+    return _slot_runs(_INSERT_SLOTS, [*_as_texts(pairs), why])
 
 
 def scheduled_runs_of(pairs: Sequence[tuple[int, datetime]]) -> list[NewRun]:
     """The runs of these ``(job_id, slot)`` scheduled slots that are still ``scheduled``."""
     if not pairs:
         return []
+    return _slot_runs(_SCHEDULED_RUNS_OF, list(_as_texts(pairs)))
+
+
+def _as_texts(pairs: Sequence[tuple[int, datetime]]) -> tuple[str, str]:
+    """The job ids and the slots as one text each (PostgreSQL splits and parses them): psycopg
+    dumps a list element by element in Python, which cost a burst ~12 ms a chunk of 500, a sixth
+    of its tick."""
     job_ids = ",".join([str(job_id) for job_id, _ in pairs])
-    slots = ",".join([slot.isoformat() for _, slot in pairs])
+    return job_ids, ",".join([slot.isoformat() for _, slot in pairs])
+
+
+def _slot_runs(statement: str, params: list[Any]) -> list[NewRun]:
     with connection.cursor() as cursor:
-        cursor.execute(_SCHEDULED_RUNS_OF, [job_ids, slots])
+        cursor.execute(statement, params)
         return [
             NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2], status=r[3])
             for r in cursor.fetchall()

@@ -273,26 +273,19 @@ def _finish(
     if outcome.retryable and claim.attempt <= job.max_retries:
         retry_delay = policies.retry_delay(job.retry_backoff, claim.attempt)
 
+    recorded: dict[str, Any] = {
+        "status": outcome.status,
+        "error": outcome.error,
+        "traceback": outcome.traceback,
+        "result": outcome.result,
+        "retry_delay": retry_delay,
+    }
+
     def finish() -> run_records.Finished:
         if held is None:
-            return run_records.finish_unleased(
-                claim.run_id,
-                status=outcome.status,
-                error=outcome.error,
-                traceback=outcome.traceback,
-                result=outcome.result,
-                retry_delay=retry_delay,
-            )
+            return run_records.finish_unleased(claim.run_id, **recorded)
         return run_records.finish_fenced(
-            claim.run_id,
-            key=held.key,
-            token=held.token,
-            status=outcome.status,
-            error=outcome.error,
-            traceback=outcome.traceback,
-            result=outcome.result,
-            min_hold=job.min_hold,
-            retry_delay=retry_delay,
+            claim.run_id, key=held.key, token=held.token, min_hold=job.min_hold, **recorded
         )
 
     def finish_or_read_back() -> run_records.Finished:

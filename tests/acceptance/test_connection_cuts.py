@@ -14,7 +14,8 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
@@ -22,10 +23,10 @@ from django.conf import settings
 from devtools.pgbouncer import Pooler
 from jobs.audit import Actor
 from jobs.dispatch import trigger_now
-from jobs.models import JobRun, RunStatus
-from jobs.schedule.kinds import Every
+from jobs.models import Job, JobRun, RunStatus
+from jobs.schedule.kinds import Every, Schedule
 from jobs.services import JobDefinition, create_job
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Cluster, live_database_url, wait_for
 from tests.support.connection_cutter import ConnectionCutter
 
 pytestmark = pytest.mark.acceptance
@@ -48,11 +49,25 @@ def cutter(transactional_db: None) -> Iterator[ConnectionCutter]:
 
 
 def _through(cutter: ConnectionCutter) -> str:
-    db = settings.DATABASES["default"]
-    auth = quote(db.get("USER") or "", safe="")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"], safe="")
-    return f"postgresql://{auth}@127.0.0.1:{cutter.port}/{db['NAME']}"
+    """The tests' database URL, through ``cutter``."""
+    url = urlsplit(live_database_url())
+    auth = url.netloc.rpartition("@")[0]
+    return f"postgresql://{auth}@127.0.0.1:{cutter.port}{url.path}"
+
+
+def _job(
+    cluster: Cluster, name: str, log: Path, schedule: Schedule | None, task: str = "tests.record",
+    **policies: Any,
+) -> Job:  # fmt: skip
+    """A job on the cluster's queue whose function appends a line per execution to ``log``."""
+    definition = JobDefinition(
+        name=name,
+        task=task,
+        schedule=schedule,
+        kwargs={"log": str(log)},
+        policies={"queue": cluster.queue, **policies},
+    )
+    return create_job(definition, actor=Actor.code("tests"))
 
 
 @pytest.mark.parametrize(
@@ -64,16 +79,7 @@ def test_a_run_whose_connection_is_cut_runs_once_and_is_recorded(
     cluster: Cluster, cutter: ConnectionCutter, tmp_path: Path, statement: str, after_commit: bool
 ) -> None:
     log = tmp_path / "executions.log"
-    job = create_job(
-        JobDefinition(
-            name="cut",
-            task="tests.record",
-            schedule=Every(3600),
-            kwargs={"log": str(log)},
-            policies={"queue": cluster.queue, "lease_ttl": 60},
-        ),
-        actor=Actor.code("tests"),
-    )
+    job = _job(cluster, "cut", log, Every(3600), lease_ttl=60)
     cluster.env["DATABASE_URL"] = _through(cutter)
     cluster.start_worker("node-a", concurrency=1)
     cutter.cut(statement, after_commit=after_commit)
@@ -103,16 +109,7 @@ def test_a_claim_whose_reply_is_cut_behind_pgbouncer_runs_once(
     """The same through PgBouncer in transaction pooling (no prepared statements: the claim's
     text goes out each time), the cut between the worker and the pooler."""
     log = tmp_path / "executions.log"
-    job = create_job(
-        JobDefinition(
-            name="pooled",
-            task="tests.record",
-            schedule=Every(3600),
-            kwargs={"log": str(log)},
-            policies={"queue": cluster.queue, "lease_ttl": 60},
-        ),
-        actor=Actor.code("tests"),
-    )
+    job = _job(cluster, "pooled", log, Every(3600), lease_ttl=60)
     cutter = ConnectionCutter(("127.0.0.1", pgbouncer.port))
     try:
         cluster.use_pooler(pgbouncer)
@@ -139,16 +136,7 @@ def test_a_beat_whose_insert_reply_is_cut_publishes_the_slot_at_once(
     publishes that run (jobs.beat.uncertain_slots), instead of leaving it to maintenance's
     re-publish, JOBS_REPUBLISH_AFTER (here 120 s) later."""
     log = tmp_path / "executions.log"
-    job = create_job(
-        JobDefinition(
-            name="every-2s",
-            task="tests.record",
-            schedule=Every(2),
-            kwargs={"log": str(log)},
-            policies={"queue": cluster.queue, "start_deadline": 300},
-        ),
-        actor=Actor.code("tests"),
-    )
+    job = _job(cluster, "every-2s", log, Every(2), start_deadline=300)
     cluster.start_worker("node-a", concurrency=2)
     cluster.start_beat(
         "beat-a", env={"DATABASE_URL": _through(cutter), "JOBS_REPUBLISH_AFTER": "120"}
@@ -188,16 +176,7 @@ def test_a_continuous_job_whose_lease_reply_is_cut_starts_without_waiting_for_a_
     from tests.support.jobs_continuous import read_events
 
     log = tmp_path / "continuous.log"
-    job = create_job(
-        JobDefinition(
-            name="poller",
-            task="tests.continuous.step",
-            schedule=None,
-            kwargs={"log": str(log)},
-            policies={"queue": cluster.queue, "lease_ttl": 60},
-        ),
-        actor=Actor.code("tests"),
-    )
+    job = _job(cluster, "poller", log, None, task="tests.continuous.step", lease_ttl=60)
     cluster.env.update(
         DATABASE_URL=_through(cutter),
         JOBS_MODULES="tests.support.jobs_under_test,tests.support.jobs_continuous",

@@ -7,18 +7,21 @@ beat's now and are therefore owed nothing, like an edit made a moment before a b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from jobs import services
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
+from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus, ScheduleChange
 from jobs.schedule.catchup import MAX_MISSED_RECORDED
 from jobs.schedule.kinds import At, Every
@@ -303,27 +306,34 @@ def test_a_beat_that_fell_behind_applies_the_policy_and_keeps_other_beats_record
     assert JobRun.objects.filter(job=job).count() == 10
 
 
+@contextlib.contextmanager
+def _insert_cut(monkeypatch: pytest.MonkeyPatch, *, committed: bool) -> Iterator[None]:
+    """Within the block, the beat's insert of slots fails as a broken connection does: after
+    (``committed``) or instead of reaching the database."""
+    original = run_records.insert_scheduled
+
+    def cut(pairs: Any, **kwargs: Any) -> Any:
+        if committed:
+            original(pairs, **kwargs)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(run_records, "insert_scheduled", cut)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(run_records, "insert_scheduled", original)
+
+
 def test_a_failed_insert_loses_no_slot(
     make_job: Callable[..., Job],
     broker: redis.Redis,
     clock: VirtualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from django.db import OperationalError
-
-    from jobs.guard import run_records
-
     job = make_job(schedule=Every(10), queue=QUEUE)
     beat = _beat(clock)
-    original = run_records.insert_scheduled
-
-    def broken(pairs: object, **_: object) -> object:
-        raise OperationalError("database went away")
-
-    monkeypatch.setattr(run_records, "insert_scheduled", broken)
-    with pytest.raises(OperationalError):
+    with _insert_cut(monkeypatch, committed=False), pytest.raises(OperationalError):
         _tick(beat, clock.now + timedelta(seconds=10))
-    monkeypatch.setattr(run_records, "insert_scheduled", original)
     _tick(beat, clock.now + timedelta(seconds=11))
     assert _slots(job) == [clock.now + timedelta(seconds=10)]
 
@@ -336,23 +346,11 @@ def test_an_insert_that_committed_unseen_is_published_when_recorded_again(
 ) -> None:
     """A broken connection cut the insert's reply after its commit: the next tick's insert
     creates nothing, yet the run goes out now rather than after JOBS_REPUBLISH_AFTER."""
-    from django.db import OperationalError
-
-    from jobs.guard import run_records
-
     job = make_job(schedule=Every(10), queue=QUEUE)
     beat = _beat(clock)
-    original = run_records.insert_scheduled
-
-    def committed_unseen(pairs: object, **kwargs: object) -> object:
-        original(pairs, **kwargs)  # type: ignore[arg-type]
-        raise OperationalError("server closed the connection unexpectedly")
-
-    monkeypatch.setattr(run_records, "insert_scheduled", committed_unseen)
-    with pytest.raises(OperationalError):
+    with _insert_cut(monkeypatch, committed=True), pytest.raises(OperationalError):
         _tick(beat, clock.now + timedelta(seconds=10))
     assert broker.llen(QUEUE) == 0
-    monkeypatch.setattr(run_records, "insert_scheduled", original)
     _tick(beat, clock.now + timedelta(seconds=11))
     assert _slots(job) == [clock.now + timedelta(seconds=10)]
     assert broker.llen(QUEUE) == 1
@@ -366,21 +364,10 @@ def test_an_uncertain_slot_another_beat_claimed_meanwhile_is_not_published(
     clock: VirtualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from django.db import OperationalError
-
-    from jobs.guard import run_records
-
     job = make_job(schedule=Every(10), queue=QUEUE)
     beat = _beat(clock)
-
-    def broken(pairs: object, **_: object) -> object:
-        raise OperationalError("server closed the connection unexpectedly")
-
-    original = run_records.insert_scheduled
-    monkeypatch.setattr(run_records, "insert_scheduled", broken)
-    with pytest.raises(OperationalError):
+    with _insert_cut(monkeypatch, committed=False), pytest.raises(OperationalError):
         _tick(beat, clock.now + timedelta(seconds=10))
-    monkeypatch.setattr(run_records, "insert_scheduled", original)
     other = _beat(clock)  # won the slot and published it; a worker took it
     _tick(other, clock.now + timedelta(seconds=10, milliseconds=5))
     assert broker.llen(QUEUE) == 1

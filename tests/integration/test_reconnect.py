@@ -58,6 +58,29 @@ def _cut_once(monkeypatch: pytest.MonkeyPatch, name: str, *, committed: bool) ->
     return lambda: calls
 
 
+def _read_back_an_hour_late(
+    monkeypatch: pytest.MonkeyPatch, name: str, sent: str, lease_of: Callable[[Any], Any]
+) -> None:
+    """Make ``run_records.<name>`` read back as if the cut statement (sent at ``sent``) went out
+    an hour ago: the lease it returns has passed its local deadline."""
+    real = getattr(run_records, name)
+
+    def read_back_late(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **{**kwargs, sent: time.monotonic() - 3600})
+        assert found is not None and lease_of(found) is not None
+        assert not lease_of(found).locally_valid
+        return found
+
+    monkeypatch.setattr(run_records, name, read_back_late)
+
+
+def _assert_ran_once(run: JobRun, tmp_path: Path) -> None:
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), run.error
+    assert len(_executions(tmp_path)) == 1
+
+
 def _claimed(job: Job, **who: Any) -> tuple[JobRun, run_records.Claim]:
     run = _run(job)
     made = run_records.claim(run.pk, **{"node": "n", "pid": 1, "task_id": "t", **who})
@@ -123,18 +146,8 @@ def test_a_claim_read_back_late_runs_on_a_renewed_lease(
     the lease is renewed before the run starts, or the run would count as lost."""
     run = _run(make_job())
     _cut_once(monkeypatch, "claim", committed=True)
-    real = run_records.reclaim
-
-    def read_back_long_after(*args: Any, **kwargs: Any) -> run_records.Claim | None:
-        made = real(*args, **{**kwargs, "claimed_at": time.monotonic() - 3600})
-        assert made is not None and made.lease is not None and not made.lease.locally_valid
-        return made
-
-    monkeypatch.setattr(run_records, "reclaim", read_back_long_after)
-    delivery = execute_run(run.pk, task_id="t", node="n")
-    run.refresh_from_db()
-    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), run.error
-    assert len(_executions(tmp_path)) == 1
+    _read_back_an_hour_late(monkeypatch, "reclaim", "claimed_at", lambda made: made.lease)
+    _assert_ran_once(run, tmp_path)
 
 
 def test_a_claim_read_back_after_its_lease_lapsed_does_not_run(
@@ -230,18 +243,8 @@ def test_a_lease_read_back_late_runs_on_a_renewed_lease(
     log = tmp_path / "executions.log"
     run = _run(make_job(task="tests.by_city", kwargs={"log": str(log), "city": "Oslo"}))
     _cut_once(monkeypatch, "acquire_for_run", committed=True)
-    real = run_records.lease_taken_for_run
-
-    def read_back_long_after(*args: Any, **kwargs: Any) -> Any:
-        taken = real(*args, **{**kwargs, "sent_at": time.monotonic() - 3600})
-        assert taken is not None and not taken.locally_valid
-        return taken
-
-    monkeypatch.setattr(run_records, "lease_taken_for_run", read_back_long_after)
-    delivery = execute_run(run.pk, task_id="t", node="n")
-    run.refresh_from_db()
-    assert (delivery.status, run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), run.error
-    assert len(_executions(tmp_path)) == 1
+    _read_back_an_hour_late(monkeypatch, "lease_taken_for_run", "sent_at", lambda taken: taken)
+    _assert_ran_once(run, tmp_path)
 
 
 def test_a_database_out_for_longer_than_the_window_fails_the_delivery(
