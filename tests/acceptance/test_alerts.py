@@ -222,10 +222,15 @@ def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
             what="an empty outbox",
         )
         cluster.stop_all()
-    stuck_told = [
-        r.payload["event"] for r in receiver.accepted() if r.payload["incident"]["kind"] == "stuck"
+    stuck = [r.payload for r in receiver.accepted() if r.payload["incident"]["kind"] == "stuck"]
+    stuck_told = [payload["event"] for payload in stuck]
+    # Should it fail: which incident and run each notification was about (the same incident
+    # told twice, or a second one), and the run's status then.
+    seen = [
+        (p["event"], p["incident"]["id"], p["incident"]["opened_at"], p["runs"]["last"])
+        for p in stuck
     ]
-    assert stuck_told == ["opened", "resolved"]
+    assert stuck_told == ["opened", "resolved"], seen
 
 
 def test_stopping_every_beat_is_one_cluster_alert(cluster: Cluster, tmp_path: Path) -> None:
