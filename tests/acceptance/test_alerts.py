@@ -222,13 +222,13 @@ def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
             what="an empty outbox",
         )
         cluster.stop_all()
-    stuck = [r.payload for r in receiver.accepted() if r.payload["incident"]["kind"] == "stuck"]
-    stuck_told = [payload["event"] for payload in stuck]
+    told = [r.payload for r in receiver.accepted() if r.payload["incident"]["kind"] == "stuck"]
+    stuck_told = [payload["event"] for payload in told]
     # Should it fail: which incident and run each notification was about (the same incident
     # told twice, or a second one), and the run's status then.
     seen = [
         (p["event"], p["incident"]["id"], p["incident"]["opened_at"], p["runs"]["last"])
-        for p in stuck
+        for p in told
     ]
     assert stuck_told == ["opened", "resolved"], seen
 
