@@ -11,8 +11,15 @@ one connection, ``n`` times each, alternating by round:
 
 - **floor**: the floor task's body (``lease_bench.floor_run``): a bare conditional ``UPDATE``
   commit, the no-op, another;
+- **run row**: the floor's body against a scheduled run's own row (``lease_bench.run_row_floor``:
+  bare ``UPDATE`` commits moving it to ``running`` and then to ``succeeded`` around the no-op),
+  so with the run table's indexes and deferred triggers but no lease, no fence and no runner;
 - **guarded**: ``jobs.guard.runner.execute_run`` of a scheduled run of the guarded no-op
   (``bench.noop``, spread over 50 jobs): the claim with its lease, the call, the fenced finish.
+
+The run row splits a guarded run's extra over the floor in two: what recording a run's two
+states in the run table costs whatever writes them, and what the guard itself adds (the lease,
+the fence, the PL/pgSQL functions and the runner's Python).
 
 Per run: the wall time (median and p99 of the rounds' per-run medians and p99s), and this
 process's CPU time (so the client's Python; the rest of the wall time is the database's work and
@@ -67,13 +74,25 @@ def measure(runs: int, rounds: int) -> dict[str, list[tuple[float, float, float]
     def floor() -> tuple[list[float], float]:
         return _timed(runs, lambda i: lease_bench.floor_run(log, i))
 
-    def guarded() -> tuple[list[float], float]:
+    def scheduled_runs() -> list[int]:
         now = timezone.now()
         made = JobRun.objects.bulk_create(
             JobRun(job=jobs[i % len(jobs)], scheduled_for=now, trigger=Trigger.MANUAL)
             for i in range(runs)
         )
-        ids = [run.pk for run in made]
+        return [run.pk for run in made]
+
+    def run_row() -> tuple[list[float], float]:
+        ids = scheduled_runs()
+        result = _timed(runs, lambda i: lease_bench.run_row_floor(log, ids[i]))
+        if set(JobRun.objects.filter(pk__in=ids).values_list("status", flat=True)) != {
+            RunStatus.SUCCEEDED
+        }:
+            raise AssertionError("a run row was not moved to succeeded")
+        return result
+
+    def guarded() -> tuple[list[float], float]:
+        ids = scheduled_runs()
         result = _timed(runs, lambda i: execute_run(ids[i], task_id=f"t{ids[i]}", node="bench"))
         if set(JobRun.objects.filter(pk__in=ids).values_list("status", flat=True)) != {
             RunStatus.SUCCEEDED
@@ -81,11 +100,12 @@ def measure(runs: int, rounds: int) -> dict[str, list[tuple[float, float, float]
             raise AssertionError("a guarded run did not succeed")
         return result
 
-    floor()  # warm up: connection, prepared statements, caches
-    guarded()
-    results: dict[str, list[tuple[float, float, float]]] = {"floor": [], "guarded": []}
+    kinds = (("floor", floor), ("run row", run_row), ("guarded", guarded))
+    for _, once in kinds:  # warm up: connection, prepared statements, caches
+        once()
+    results: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind, _ in kinds}
     for round_ in range(rounds):
-        for kind, once in (("floor", floor), ("guarded", guarded)):
+        for kind, once in kinds:
             walls, cpu = once()
             results[kind].append((statistics.median(walls), percentile(walls, 99), cpu))
             print(
@@ -105,6 +125,7 @@ def table(results: dict[str, list[tuple[float, float, float]]], runs: int) -> st
     ]
     for kind, label in (
         ("floor", "floor: two bare UPDATE commits around the no-op"),
+        ("run row", "run row: the same two commits moving a run's own row"),
         ("guarded", "guarded run: execute_run (claim + lease, call, fenced finish)"),
     ):
         wall = statistics.median(r[0] for r in results[kind])
@@ -114,12 +135,17 @@ def table(results: dict[str, list[tuple[float, float, float]]], runs: int) -> st
             f"| {label} | {wall:.3f} | {p99:.3f} | {cpu:.3f} | {wall - cpu:.3f} "
             f"| {floor / wall:.2f} |"
         )
+    row = statistics.median(r[0] for r in results["run row"])
+    row_cpu = statistics.median(r[2] for r in results["run row"])
     guarded = statistics.median(r[0] for r in results["guarded"])
     guarded_cpu = statistics.median(r[2] for r in results["guarded"])
     extra, extra_cpu = guarded - floor, guarded_cpu - floor_cpu
     lines.append(
         f"\nThe guarded run's extra: {extra:.3f} ms a run, {extra_cpu:.3f} ms of it the client's "
-        f"CPU and {extra - extra_cpu:.3f} ms the database's work and waiting."
+        f"CPU and {extra - extra_cpu:.3f} ms the database's work and waiting. Of it, the run "
+        f"table {row - floor:.3f} ms (client CPU {row_cpu - floor_cpu:.3f}); the guard itself "
+        f"{guarded - row:.3f} ms (client CPU {guarded_cpu - row_cpu:.3f}): the guarded run is "
+        f"{row / guarded:.2f}x the run row."
     )
     return "\n".join(lines)
 

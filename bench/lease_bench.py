@@ -15,11 +15,14 @@ server (created afresh, dropped at the end), and on queues of its own on the bro
   running run rare) and a backlog of older runs has waited since: the planner trap of
   migration 0025.
 - **throughput**: one ``celery worker -c 2`` drains ``--tasks`` messages published before it
-  started: a plain Celery no-op task, a guarded no-op run (claim with lease, heartbeat thread,
-  fenced finish with release, spread over 50 jobs so the two processes never want the same
-  lease), and a celery-singleton no-op task (its Redis lock is taken when publishing and released
-  by the worker) when celery-singleton is installed. Each function appends its start time to a
-  file; throughput is (tasks - 1) / (last start - first start), so worker start-up is not
+  started: a plain Celery no-op task, the floor (the same task committing two bare ``UPDATE``s
+  of a one-row table around its no-op), the run row (the same task moving a scheduled run's own
+  row to ``running`` and then ``succeeded``, so with the run table's indexes and triggers: what
+  recording a run costs whatever records it), a guarded no-op run (claim with lease, heartbeat
+  thread, fenced finish with release, spread over 50 jobs so the two processes never want the
+  same lease), and a celery-singleton no-op task (its Redis lock is taken when publishing and
+  released by the worker) when celery-singleton is installed. Each function appends its start
+  time to a file; throughput is (tasks - 1) / (last start - first start), so worker start-up is not
   counted. ``--rounds`` alternate the kinds; the median per kind is reported. Beside it, the
   CPU time (user + system) a task cost the worker's processes and the database backends serving
   them, from the first start stamp to the last: a slow or busy moment of the machine moves it
@@ -96,6 +99,34 @@ def floor_run(log: str, n: int) -> None:
         cursor.execute(FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
         append_stamp(log)
         cursor.execute(FLOOR_UPDATE, {"id": n % GUARDED_JOBS})
+
+
+# The run row's two states, each written as the claim and the finish write them (by the run's
+# id alone, its status tested with IS NOT DISTINCT FROM: see migration 0025).
+RUN_ROW_STARTED = """
+UPDATE jobs_jobrun SET status = 'running', started_at = now(), node = 'bench', pid = %(pid)s,
+       task_id = %(task_id)s
+ WHERE id = %(id)s AND status IS NOT DISTINCT FROM 'scheduled'
+"""
+RUN_ROW_FINISHED = """
+UPDATE jobs_jobrun SET status = 'succeeded', finished_at = now(), result = 'null'
+ WHERE id = %(id)s AND status IS NOT DISTINCT FROM 'running'
+"""
+
+
+def run_row_floor(log: str, run_id: int) -> None:
+    """The floor's body against the run's own row: started, the no-op, succeeded."""
+    from jobs.guard.lease import statement_cursor
+
+    with statement_cursor() as cursor:
+        cursor.execute(RUN_ROW_STARTED, {"id": run_id, "pid": os.getpid(), "task_id": f"t{run_id}"})
+        append_stamp(log)
+        cursor.execute(RUN_ROW_FINISHED, {"id": run_id})
+
+
+@shared_task(name="bench.run_row_noop")
+def run_row_noop(log: str, run_id: int) -> None:
+    run_row_floor(log, run_id)
 
 
 if Singleton is not None:
@@ -258,6 +289,11 @@ class Throughput:
         with current_app.producer_or_acquire() as producer:
             if kind == "guarded":
                 self._publish_runs(queue, str(log), producer)
+            elif kind == "runrow":
+                for run in self._scheduled_runs(queue, str(log)):
+                    run_row_noop.apply_async(
+                        args=(str(log), run.pk), queue=queue, producer=producer
+                    )
             else:
                 # Through the task object: celery-singleton takes its lock in apply_async.
                 task: Any = {"plain": plain_noop, "floor": floor_noop}.get(kind, singleton_noop)
@@ -276,7 +312,7 @@ class Throughput:
             if first is not None and self.tasks > first[0]:
                 spent = self._cpu_seconds(cluster) - first[1]
                 self.cpu_ms.setdefault(kind, []).append(spent.per_task(self.tasks - first[0]))
-            if kind == "guarded":
+            if kind in ("guarded", "runrow"):
                 self._wait_recorded()
         finally:
             cluster.stop_all()
@@ -299,9 +335,15 @@ class Throughput:
         return CpuSeconds(cpu_seconds(worker), cpu_seconds(backends))
 
     def _publish_runs(self, queue: str, log: str, producer: Any) -> None:
+        from jobs.dispatch import publish
+
+        for run in self._scheduled_runs(queue, log):
+            publish(run.job, run.pk, run.scheduled_for, producer=producer)
+
+    def _scheduled_runs(self, queue: str, log: str) -> list[Any]:
+        """``self.tasks`` scheduled runs of the bench's jobs (on ``queue``, logging to ``log``)."""
         from django.utils import timezone
 
-        from jobs.dispatch import publish
         from jobs.models import Job, JobRun, Trigger
 
         if not self.jobs:
@@ -313,12 +355,10 @@ class Throughput:
         for job_row in self.jobs:
             job_row.queue = queue
         now = timezone.now()
-        runs = JobRun.objects.bulk_create(
+        return JobRun.objects.bulk_create(
             JobRun(job=self.jobs[i % GUARDED_JOBS], scheduled_for=now, trigger=Trigger.MANUAL)
             for i in range(self.tasks)
         )
-        for run in runs:
-            publish(run.job, run.pk, now, producer=producer)
 
     def _wait_recorded(self) -> None:
         from jobs.models import JobRun, RunStatus
@@ -448,6 +488,7 @@ def throughput_table(
     labels = {
         "plain": "plain Celery task",
         "floor": "plain task + two bare UPDATE commits (the floor of a recorded run)",
+        "runrow": "plain task + the same two commits moving its run's row",
         "guarded": "guarded run (claim + lease, heartbeat, fenced finish + release)",
         "singleton": "celery-singleton task (Redis lock)",
     }
@@ -474,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument(
         "--kinds",
-        default="plain,floor,guarded,singleton",
+        default="plain,floor,runrow,guarded,singleton",
         help="throughput kinds, comma-separated",
     )
     parser.add_argument(
@@ -524,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         kinds = [
             kind
             for kind in args.kinds.split(",")
-            if kind in ("plain", "floor", "guarded")
+            if kind in ("plain", "floor", "runrow", "guarded")
             or (kind == "singleton" and Singleton is not None)
         ]
         if not args.skip_throughput:
