@@ -226,11 +226,20 @@ def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
     stuck_told = [payload["event"] for payload in told]
     # Should it fail: which incident and run each notification was about (the same incident
     # told twice, or a second one), and the run's status then.
-    seen = [
-        (p["event"], p["incident"]["id"], p["incident"]["opened_at"], p["runs"]["last"])
+    # (A text, not a list: pytest shortens the repr of anything else.)
+    seen = "; ".join(
+        f"{p['event']} of incident {p['incident']['id']} opened {p['incident']['opened_at']}, "
+        f"last run {p['runs']['last']['id']} {p['runs']['last'].get('status')}"
         for p in told
+    )
+    # And what the senders logged of each attempt (a failed one is sent again).
+    attempts = [
+        f"{name}: {line}"
+        for name in ("beat0", "beat1", "w0", "w1")
+        for line in cluster.log_of(name).splitlines()
+        if "alert " in line and " of incident " in line
     ]
-    assert stuck_told == ["opened", "resolved"], seen
+    assert stuck_told == ["opened", "resolved"], seen + "\n" + "\n".join(attempts)
 
 
 def test_stopping_every_beat_is_one_cluster_alert(cluster: Cluster, tmp_path: Path) -> None:
