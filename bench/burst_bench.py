@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10000,100000", help="slots due at once")
     parser.add_argument("--rounds", type=int, default=3, help="bulk and floor rounds per size")
     parser.add_argument(
-        "--per-run-rounds", type=int, default=3, help="per-run rounds (1 above 10k: slow)"
+        "--per-run-rounds", type=int, default=3, help="per-run rounds (at most 1 above 10k: slow)"
     )
     parser.add_argument("--skip-processes", action="store_true", help="no three-beat run")
     parser.add_argument("--only-processes", action="store_true", help="only the three-beat run")
@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         with _quiet():
             for size in sizes if not args.only_processes else []:
                 print(f"{size} slots due at once, one beat in-process", flush=True)
-                per_run_rounds = args.per_run_rounds if size <= 10_000 else 1
+                per_run_rounds = (
+                    args.per_run_rounds if size <= 10_000 else min(args.per_run_rounds, 1)
+                )
                 results["in_process"].append(in_process(size, args.rounds, per_run_rounds, broker))
         if not args.skip_processes:
             with tempfile.TemporaryDirectory(prefix="burst-bench-") as tmp:
