@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from jobs.beat.entries import schedule_of
@@ -61,23 +61,25 @@ def resolve_incidents(job_id: int | None, kinds: list[str], run_id: int | None =
         return [row[0] for row in cursor.fetchall()]
 
 
-# A stuck incident only for a run still running when it opens: the row lock makes a finish that
-# comes meanwhile wait for it (and then resolve it), or makes this find the run ended. Without
-# it, a run ending between the suspects' read and the open left a stuck incident for a run
-# that was over.
-_OPEN_WHILE_RUNNING = """
-SELECT jobs_open_incident(%(job)s, 'stuck', 'stuck', %(summary)s, r.id)
-  FROM jobs_jobrun AS r
+# A stuck incident only for a run still running when it opens: the run's row is locked first,
+# in the incident's transaction, so a finish that comes meanwhile waits for the open (and then
+# resolves it), and one under way makes the lock find the run ended. Locked by a statement of
+# its own: a function in the select list of a locking SELECT runs before the lock and its
+# recheck, so "SELECT jobs_open_incident(...) ... FOR SHARE" opened, for a run whose finish it
+# had just waited for, a stuck incident that nothing would ever resolve.
+_STILL_RUNNING = """
+SELECT 1 FROM jobs_jobrun AS r
  WHERE r.id = %(run)s AND r.status IS NOT DISTINCT FROM 'running'
    FOR SHARE OF r
 """
 
 
 def _open_while_running(job_id: int, summary: str, run_id: int) -> int | None:
-    with connection.cursor() as cursor:
-        cursor.execute(_OPEN_WHILE_RUNNING, {"job": job_id, "summary": summary, "run": run_id})
-        row = cursor.fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_STILL_RUNNING, {"run": run_id})
+        if cursor.fetchone() is None:
+            return None
+        return open_incident(job_id, IncidentKind.STUCK, "stuck", summary, run_id)
 
 
 def _opened(incident_id: int | None, message: str, **extra: object) -> None:
