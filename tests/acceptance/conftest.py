@@ -20,6 +20,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,6 +295,29 @@ def flower_hears(port: int, node: str) -> bool:
     workers = flower_json(port, "/workers?json=1")  # {"data": [{"hostname": ...}, ...]}
     rows = workers.get("data", []) if isinstance(workers, dict) else []
     return any(str(row.get("hostname", "")).startswith(f"{node}@") for row in rows)
+
+
+def pause_and_wait_for_beats(cluster: Cluster, beats: Iterable[str], names: Iterable[str]) -> None:
+    """Pause the jobs ``names``, then wait until each beat in ``beats`` has logged dropping them
+    all: until then a beat may still fire a slot of theirs (an edit is picked up within
+    JOBS_BEAT_MAX_INTERVAL), so runs counted before it may not be the last."""
+    from jobs import services
+    from jobs.audit import Actor
+
+    beats = list(beats)
+    seen = {beat: len(cluster.log_of(beat)) for beat in beats}
+    names = list(names)
+    for name in names:
+        services.pause(name, actor=Actor.code("tests"))
+
+    def dropped() -> bool:
+        return all(
+            sum(int(n) for n in re.findall(r"removed (\d+)", cluster.log_of(beat)[seen[beat] :]))
+            >= len(names)
+            for beat in beats
+        )
+
+    wait_for(dropped, timeout=30, what=f"{', '.join(beats)} dropping the paused jobs")
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> None:

@@ -18,10 +18,8 @@ import pytest
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from jobs import services
-from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Cluster, pause_and_wait_for_beats, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -129,8 +127,7 @@ def test_existing_entries_run_once_per_slot_and_edits_are_picked_up_within_a_sec
     boundary = (timezone.now() + timedelta(minutes=1)).replace(second=0, microsecond=0)
     wait_for(lambda: timezone.now() > boundary + timedelta(seconds=4), 90, "a minute boundary")
     jobs = list(Job.objects.filter(adopted=True))
-    for job in jobs:
-        services.pause(job.name, actor=Actor.code("tests"))
+    pause_and_wait_for_beats(cluster, ["beat-a", "beat-b"], [job.name for job in jobs])
 
     def settled() -> bool:
         return not JobRun.objects.filter(

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from jobs import registry, services
+from jobs import registry
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Cluster, pause_and_wait_for_beats, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -76,8 +76,7 @@ def test_plain_tasks_run_each_slot_once_across_beats_and_a_beat_kill(
     wait_for(lambda: timezone.now() > start + timedelta(seconds=8), 30, "8 s of slots")
     cluster.kill("beat-a")
     wait_for(lambda: timezone.now() > start + timedelta(seconds=16), 30, "8 more s of slots")
-    for job in jobs:
-        services.pause(job.name, actor=TESTS)
+    pause_and_wait_for_beats(cluster, ["beat-b"], [job.name for job in jobs])
 
     def settled() -> bool:
         return not JobRun.objects.filter(
