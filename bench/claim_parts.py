@@ -148,7 +148,9 @@ def _pgbench(url: str, script: Path, runs: int, job_id: int) -> list[float]:
 
 
 def _lean_table(cursor: Any) -> None:
-    cursor.execute("ALTER TABLE jobs_jobrun DISABLE TRIGGER USER")
+    from bench.lease_bench import disable_run_triggers
+
+    disable_run_triggers()
     cursor.execute(
         "SELECT string_agg(quote_ident(indexname), ', ') FROM pg_indexes "
         "WHERE tablename = 'jobs_jobrun' AND (indexdef LIKE '%status%' OR indexdef LIKE '%node%')"

@@ -82,23 +82,22 @@ def measure(runs: int, rounds: int) -> dict[str, list[tuple[float, float, float]
         )
         return [run.pk for run in made]
 
-    def run_row() -> tuple[list[float], float]:
+    def each_run(once: Callable[[int], object], what: str) -> tuple[list[float], float]:
+        """``once(run id)`` timed for each of ``runs`` new scheduled runs, all succeeded after."""
         ids = scheduled_runs()
-        result = _timed(runs, lambda i: lease_bench.run_row_floor(log, ids[i]))
-        if set(JobRun.objects.filter(pk__in=ids).values_list("status", flat=True)) != {
-            RunStatus.SUCCEEDED
-        }:
-            raise AssertionError("a run row was not moved to succeeded")
+        result = _timed(runs, lambda i: once(ids[i]))
+        statuses = set(JobRun.objects.filter(pk__in=ids).values_list("status", flat=True))
+        if statuses != {RunStatus.SUCCEEDED}:
+            raise AssertionError(f"{what} did not succeed: {statuses}")
         return result
 
+    def run_row() -> tuple[list[float], float]:
+        return each_run(lambda run_id: lease_bench.run_row_floor(log, run_id), "a run row")
+
     def guarded() -> tuple[list[float], float]:
-        ids = scheduled_runs()
-        result = _timed(runs, lambda i: execute_run(ids[i], task_id=f"t{ids[i]}", node="bench"))
-        if set(JobRun.objects.filter(pk__in=ids).values_list("status", flat=True)) != {
-            RunStatus.SUCCEEDED
-        }:
-            raise AssertionError("a guarded run did not succeed")
-        return result
+        return each_run(
+            lambda run_id: execute_run(run_id, task_id=f"t{run_id}", node="bench"), "a guarded run"
+        )
 
     kinds = (("floor", floor), ("run row", run_row), ("guarded", guarded))
     for _, once in kinds:  # warm up: connection, prepared statements, caches
