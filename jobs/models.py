@@ -111,6 +111,14 @@ NO_SLASH_IN_NAME = RegexValidator(
     code="slash_in_name",
 )
 
+# A job's name is printed in one-line answers (CLI), log lines and alerts: a line break or another
+# control character in it would split or garble them.
+NO_CONTROL_CHARACTER_IN_NAME = RegexValidator(
+    "^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*\\Z",
+    "A job name cannot contain a line break or another control character.",
+    code="control_character_in_name",
+)
+
 
 # The reasons a job may be alerted for (the cluster's own, no_beat and no_node, are not a job's).
 JOB_ALERT_REASONS = ("failed", "missed", "lost", "stuck", "overdue")
@@ -136,7 +144,7 @@ class Job(models.Model):
     name = models.CharField(
         max_length=190,
         unique=True,
-        validators=[NO_SLASH_IN_NAME],
+        validators=[NO_SLASH_IN_NAME, NO_CONTROL_CHARACTER_IN_NAME],
         help_text="Unique name of this job, e.g. nightly-report.",
     )
     task = models.CharField(

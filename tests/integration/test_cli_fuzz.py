@@ -73,7 +73,19 @@ OPTIONS = {
     "--priority": ["0", "9", "10", "-1", "x"],
     "--colour": ["red"],  # not a flag of ours
 }
-NAMES = ["existing", "", " ", "a/b", "\x00", "a\x00b", "N" * 191, "-", "--every"]
+NAMES = [
+    "existing",
+    "",
+    " ",
+    "a/b",
+    "\x00",
+    "a\x00b",
+    "a\nb",
+    "a\u2028b",
+    "N" * 191,
+    "-",
+    "--every",
+]
 # Any text a script could pass: encodable in UTF-8 (no lone surrogates).
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=30)
 # A valid command to start each example from: every example then spoils one or two flags (a
