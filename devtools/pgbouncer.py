@@ -25,7 +25,8 @@ from devtools.services import free_port
 
 BINARY = "/usr/sbin/pgbouncer"
 # PgBouncer refuses to run as root; started as root it switches to this user (the Debian
-# package depends on postgresql-common, which creates it).
+# package depends on postgresql-common, which creates it), unless the server listens on a socket
+# folder only its own account may enter (the embedded pgserver's, mode 0700): then to that account.
 RUN_AS = "postgres"
 START_TIMEOUT = 20.0
 
@@ -46,11 +47,17 @@ def transaction_pooler(database_url: str) -> Iterator[Pooler]:
     folder = Path(tempfile.mkdtemp(prefix="jobs-pgbouncer-"))
     port = free_port()
     host, server_port = _server_address(target.netloc)
+    run_as = _run_as(host) if os.geteuid() == 0 else None
     _write_config(
-        folder, port, host=host, server_port=server_port, user=unquote(target.username or RUN_AS)
+        folder,
+        port,
+        host=host,
+        server_port=server_port,
+        user=unquote(target.username or RUN_AS),
+        run_as=run_as,
     )
-    if os.geteuid() == 0:
-        account = pwd.getpwnam(RUN_AS)
+    if run_as is not None:
+        account = pwd.getpwnam(run_as)
         os.chown(folder, account.pw_uid, account.pw_gid)
     log = (folder / "pgbouncer.log").open("wb")
     process = subprocess.Popen(
@@ -84,8 +91,25 @@ def _server_address(netloc: str) -> tuple[str, int | None]:
     return unquote(address), None
 
 
+def _run_as(host: str) -> str:
+    """The account a root-started PgBouncer switches to: the owner of a socket folder that is
+    not root's (so it can enter it), else ``RUN_AS``."""
+    if host.startswith("/"):
+        with contextlib.suppress(OSError, KeyError):
+            owner = os.stat(host).st_uid
+            if owner != 0:
+                return pwd.getpwuid(owner).pw_name
+    return RUN_AS
+
+
 def _write_config(
-    folder: Path, port: int, *, host: str, server_port: int | None, user: str
+    folder: Path,
+    port: int,
+    *,
+    host: str,
+    server_port: int | None,
+    user: str,
+    run_as: str | None,
 ) -> None:
     # auth_type=any logs every client in as the URL's user; the server checks that user.
     server = f"host={host or '127.0.0.1'} port={server_port or 5432} user={user}"
@@ -101,7 +125,7 @@ def _write_config(
         "max_client_conn = 500",
         "default_pool_size = 40",
         "ignore_startup_parameters = extra_float_digits,options",
-        f"user = {RUN_AS}" if os.geteuid() == 0 else "",
+        f"user = {run_as}" if run_as is not None else "",
     ]
     (folder / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
 
