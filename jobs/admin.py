@@ -47,7 +47,7 @@ from django_celery_beat.models import (
 
 from jobs import services, timestamps
 from jobs.audit import Actor
-from jobs.beat import adoption
+from jobs.beat import switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import NotTriggerable
@@ -293,15 +293,15 @@ class JobAdmin(admin.ModelAdmin):
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        # django-celery-beat entries the beats cannot adopt do not run: say so where jobs are.
+        # Periodic tasks declared for Celery that no job carries do not run: say so where
+        # jobs are (configuration entries, django-celery-beat rows).
         if request.method == "GET":
-            for verdict in adoption.preview():
-                if not verdict.adoptable:
-                    messages.warning(
-                        request,
-                        f"django-celery-beat entry {verdict.name!r} ({verdict.task}) is not "
-                        f"adopted and does not run: {verdict.reason}",
-                    )
+            for line in switch_report.not_carried():
+                messages.warning(
+                    request,
+                    f"{line.source} {line.name!r} ({line.task}) is not adopted and does not "
+                    f"run: {line.reason}",
+                )
         return super().changelist_view(request, extra_context)
 
     def get_inline_instances(self, request: HttpRequest, obj: Job | None = None) -> Any:

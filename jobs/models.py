@@ -140,6 +140,14 @@ def validate_alert_reasons(value: object) -> None:
 MAX_CONCURRENCY = 100
 
 
+class Configured(models.TextChoices):
+    """Whether a job is declared in Celery's configuration (``jobs.beat.configured``)."""
+
+    NO = "", "no"
+    DECLARED = "declared", "declared in Celery's configuration"
+    REMOVED = "removed", "removed from Celery's configuration"
+
+
 class Job(models.Model):
     name = models.CharField(
         max_length=190,
@@ -319,6 +327,15 @@ class Job(models.Model):
         editable=False,
         help_text="Adopted from django-celery-beat: made by the beat from a PeriodicTask that no "
         "job owned. That row stays this job's beat entry, and edits of either reach the other.",
+    )
+    configured = models.CharField(
+        max_length=16,
+        choices=Configured.choices,
+        blank=True,
+        default=Configured.NO,
+        db_default=Configured.NO,
+        help_text="Declared in Celery's beat_schedule / CELERY_BEAT_SCHEDULE / "
+        "add_periodic_task: its entry is kept in step with the code (jobs.beat.configured).",
     )
     description = models.TextField(blank=True, default="", help_text="What this job is for.")
     exchange = models.CharField(
@@ -680,12 +697,35 @@ class BeatHeartbeat(models.Model):
     ticks = models.BigIntegerField(default=0, help_text="Ticks since the process started.")
     tick_seconds = models.FloatField(default=0.0, help_text="Time spent in those ticks.")
     max_tick_seconds = models.FloatField(default=0.0, help_text="The slowest tick.")
+    configuration = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The fingerprint of the Celery configuration this beat holds.",
+    )
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+
+class CeleryConfiguration(models.Model):
+    """A Celery configuration's schedule (``beat_schedule``) as a beat applied it: which one was
+    applied last decides between beats of two releases (``jobs.beat.configured``)."""
+
+    fingerprint = models.CharField(max_length=64, unique=True)
+    entries = models.JSONField(default=list, help_text="The entries' names.")
+    applied_at = models.DateTimeField(db_default=Now(), help_text="Database clock.")
+    applied_by = models.CharField(max_length=255, blank=True, default="", help_text="The beat.")
+
+    class Meta:
+        ordering = ["-applied_at"]
+
+    def __str__(self) -> str:
+        return self.fingerprint[:12]
 
 
 class RunRollup(models.Model):

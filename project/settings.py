@@ -144,6 +144,9 @@ CELERY_BROKER_URL = env.required(
 # Run records live in the database; Celery's result backend would only duplicate them.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
+# No results to expire, so no celery.backend_cleanup entry (Celery's beat installs one when
+# results expire and the backend does not expire them itself: jobs.beat.configured).
+CELERY_RESULT_EXPIRES = None
 # A worker takes one message at a time and acknowledges it after the run ends, so a crashed
 # worker's message is redelivered (and then found already claimed: a recorded no-op).
 CELERY_TASK_ACKS_LATE = True

@@ -26,11 +26,13 @@ T = TypeVar("T")
 
 _UPSERT_HEARTBEAT = """
 INSERT INTO jobs_beatheartbeat
-       (name, host, pid, started_at, last_seen, ticks, tick_seconds, max_tick_seconds)
-VALUES (%(name)s, %(host)s, %(pid)s, %(started_at)s, now(), %(ticks)s, %(tick_seconds)s, %(max)s)
+       (name, host, pid, started_at, last_seen, ticks, tick_seconds, max_tick_seconds,
+        configuration)
+VALUES (%(name)s, %(host)s, %(pid)s, %(started_at)s, now(), %(ticks)s, %(tick_seconds)s, %(max)s,
+        %(configuration)s)
 ON CONFLICT (name) DO UPDATE
    SET last_seen = now(), ticks = EXCLUDED.ticks, tick_seconds = EXCLUDED.tick_seconds,
-       max_tick_seconds = EXCLUDED.max_tick_seconds
+       max_tick_seconds = EXCLUDED.max_tick_seconds, configuration = EXCLUDED.configuration
 """
 
 
@@ -50,6 +52,9 @@ class BeatHeartbeatRecorder:
         self.ticks = 0
         self.tick_seconds = 0.0
         self.max_tick_seconds = 0.0
+        # The Celery configuration this beat holds (jobs.beat.configured): a rolling deploy's
+        # beats of two releases are told apart by it.
+        self.configuration = ""
         self._last_write: float | None = None
 
     def tick(self, seconds: float) -> None:
@@ -84,6 +89,7 @@ class BeatHeartbeatRecorder:
                     "ticks": self.ticks,
                     "tick_seconds": self.tick_seconds,
                     "max": self.max_tick_seconds,
+                    "configuration": self.configuration,
                 },
             )
 

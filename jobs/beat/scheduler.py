@@ -28,7 +28,7 @@ from django_celery_beat.models import (
 )
 
 from jobs.alerts.sender import AlertSender
-from jobs.beat import adoption, changelog, coalescing, entries, schedule_errors
+from jobs.beat import adoption, changelog, coalescing, configured, entries, schedule_errors
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.beat.uncertain_slots import UncertainSlots
@@ -161,6 +161,7 @@ class ClusterScheduler(Scheduler):
         # no maintenance pass.
         self._alerts = AlertSender() if maintain else None
         super().__init__(*args, **kwargs)
+        self._configuration = configured.BeatConfiguration(self.app, beat_recorder())
         # The longest sleep is JOBS_BEAT_MAX_INTERVAL whatever Celery passed (--max-interval):
         # set after Celery's __init__, so the banner's "maxinterval" tells the truth.
         self.max_interval = self._max_sleep  # type: ignore[assignment]  # typed int in stubs
@@ -213,6 +214,7 @@ class ClusterScheduler(Scheduler):
         if not self._started:
             self._start(now)
         else:
+            self._configuration.recheck()
             self._apply_changes(now)
         fire: list[tuple[_Entry, datetime]] = []
         behind: list[tuple[_Entry, datetime]] = []
@@ -420,6 +422,8 @@ class ClusterScheduler(Scheduler):
         from jobs.beat.declared_jobs import sync_declared_jobs
 
         sync_declared_jobs()
+        # beat_schedule / CELERY_BEAT_SCHEDULE / add_periodic_task entries become jobs.
+        self._configuration.start()
         position = changelog.newest_id()  # before reading jobs: later edits are read again
         # django-celery-beat entries without a job become jobs, and adopted jobs take the
         # edits made to their entries while no beat ran.

@@ -27,6 +27,7 @@ from celery import current_app
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 
+from jobs.beat import switch_report
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import age_of
@@ -126,7 +127,18 @@ def check_schedules() -> Check:
         for row in broken[:LISTED]
     ]
     count = len(listed) if len(listed) < LISTED else broken.count()
-    return {"ok": True, "broken": count, "jobs": listed}
+    # Declared periodic tasks that are not jobs at all (jobs.beat.switch_report).
+    not_carried = [
+        {"source": line.source, "name": line.name, "task": line.task, "reason": line.reason}
+        for line in switch_report.not_carried()
+    ]
+    return {
+        "ok": True,
+        "broken": count,
+        "jobs": listed,
+        "not_carried": len(not_carried),
+        "declared_not_carried": not_carried[:LISTED],
+    }
 
 
 def _report(checks: dict[str, Callable[[], Check]]) -> JsonResponse:

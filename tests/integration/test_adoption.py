@@ -192,8 +192,13 @@ def test_jobs_adopt_dry_run_lists_what_would_and_would_not_be_adopted() -> None:
     out = io.StringIO()
     call_command("jobs", "adopt", "--dry-run", stdout=out)
     lines = out.getvalue().splitlines()
-    assert lines[0] == f"fine ({APPEND}): would adopt"
-    assert lines[1].startswith("unknown (billing.gone): cannot adopt: its task 'billing.gone'")
+    assert lines[0] == f"fine ({APPEND}), from the django-celery-beat row:"
+    assert lines[1] == "  becomes job 'fine': every hour"
+    assert lines[2].startswith("  next slots, Celery:  ")
+    assert lines[3].startswith("  next slots, cluster: ")
+    assert lines[4] == "unknown (billing.gone), from the django-celery-beat row:"
+    assert lines[5].startswith("  cannot be carried over, would not run: its task 'billing.gone'")
+    assert lines[-1] == "2 periodic task(s): 1 carried over, 1 not (dry run: nothing changed)"
     assert not Job.objects.exists()
     out = io.StringIO()
     call_command("jobs", "adopt", "--json", stdout=out)

@@ -23,7 +23,7 @@ from django.db.models import BooleanField, ExpressionWrapper
 
 from jobs import backfill, cli, registry, services
 from jobs.audit import Actor
-from jobs.beat import adoption
+from jobs.beat import adoption, configured, switch_report
 from jobs.continuous.nodes import with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import NotFound, NotTriggerable
@@ -247,10 +247,15 @@ class Command(BaseCommand):
         incidents.add_argument("job", metavar="JOB", nargs="?", help="Only this job's.")
         incidents.add_argument("--open", action="store_true", help="Only open incidents.")
 
-        # django-celery-beat entries without a job (jobs.beat.adoption)
+        # Celery's configuration and django-celery-beat entries without a job
+        # (jobs.beat.configured, jobs.beat.adoption, jobs.beat.switch_report)
         text = (
-            "Adopt the enabled django-celery-beat entries that no job owns (beats do it at "
-            "start and on every edit); with --dry-run, list what would be adopted and what not."
+            "Make jobs of the periodic tasks the project declares for Celery: its beat_schedule "
+            "(CELERY_BEAT_SCHEDULE, add_periodic_task) and the enabled django-celery-beat "
+            "entries that no job owns (beats do it at start and on every edit). With --dry-run "
+            "(the pre-switch report), change nothing: list every periodic task from all three "
+            "sources, the job it becomes, its next slots as Celery computes them and as the "
+            "cluster will, and what changes or cannot be carried over."
         )
         adopt = verbs.add_parser("adopt", verb="adopt", help=text, description=text)
         adopt.add_argument("--dry-run", action="store_true", help="Adopt nothing, only say.")
@@ -623,18 +628,48 @@ class Command(BaseCommand):
         self._table(("NAME", "KIND", "SCHEDULE", "SUMMARY"), rows, "registered tasks")
 
     def _verb_adopt(self, options: dict[str, Any]) -> None:
-        dry_run = options["dry_run"]
-        verdicts = adoption.preview() if dry_run else adoption.adopt(actor=Actor.cli())
+        if options["dry_run"]:
+            self._switch_report(options)
+            return
+        outcome = configured.sync(beat="cli")
+        if not outcome.applied:
+            self.stdout.write(f"Celery configuration not applied: {outcome.why_not}")
+        for entry in outcome.not_carried:
+            self.stdout.write(f"{entry.key} ({entry.task}): cannot adopt: {entry.reason}")
+        verdicts = adoption.adopt(actor=Actor.cli())
         if options["json"]:
             self._json([verdict.record() for verdict in verdicts])
             return
         if not verdicts:
             self.stdout.write("no django-celery-beat entry without a job")
             return
-        done = "would adopt" if options["dry_run"] else "adopted"
         for verdict in verdicts:
-            outcome = done if verdict.adoptable else f"cannot adopt: {verdict.reason}"
-            self.stdout.write(f"{verdict.name} ({verdict.task}): {outcome}")
+            said = "adopted" if verdict.adoptable else f"cannot adopt: {verdict.reason}"
+            self.stdout.write(f"{verdict.name} ({verdict.task}): {said}")
+
+    def _switch_report(self, options: dict[str, Any]) -> None:
+        lines = switch_report.report()
+        if options["json"]:
+            self._json([line.record() for line in lines])
+            return
+        if not lines:
+            self.stdout.write("no periodic task declared: nothing to carry over")
+            return
+        for line in lines:
+            self.stdout.write(f"{line.name} ({line.task}), from the {line.source}:")
+            if not line.carried:
+                self.stdout.write(f"  cannot be carried over, would not run: {line.reason}")
+                continue
+            self.stdout.write(f"  becomes job {line.job!r}: {line.schedule}")
+            self.stdout.write(f"  next slots, Celery:  {', '.join(line.celery_next) or '-'}")
+            self.stdout.write(f"  next slots, cluster: {', '.join(line.our_next) or '-'}")
+            for change in line.changes:
+                self.stdout.write(f"  changes: {change}")
+        carried = sum(line.carried for line in lines)
+        self.stdout.write(
+            f"{len(lines)} periodic task(s): {carried} carried over, "
+            f"{len(lines) - carried} not (dry run: nothing changed)"
+        )
 
     def _verb_prune(self, options: dict[str, Any]) -> None:
         result = services.prune(dry_run=options["dry_run"], actor=Actor.cli())
