@@ -108,7 +108,9 @@ def celery_entries(app: Celery | None = None) -> dict[str, Mapping[str, Any]]:
     ``on_after_configure`` / ``on_after_finalize`` handlers ran (``add_periodic_task``), and the
     default ``celery.backend_cleanup`` entry under the rule Celery's beat installs it by."""
     app = app or _current_app()
-    app.loader.import_default_modules()  # as beat does: task modules may add entries
+    # Task modules (whose handlers may add entries) are imported by Celery's beat before its
+    # scheduler starts, and by ``jobs adopt`` (``import_task_modules``); importing them again
+    # here would set Django up again, which resets the process's logging.
     app.finalize(auto=True)
     entries: dict[str, Mapping[str, Any]] = dict(app.conf.beat_schedule or {})
     # celery.beat.Scheduler.install_default_entries (stock django-celery-beat installs it
@@ -124,6 +126,15 @@ def celery_entries(app: Celery | None = None) -> dict[str, Mapping[str, Any]]:
             "options": {"expires": 12 * 3600},
         }
     return entries
+
+
+def import_task_modules(app: Celery | None = None) -> None:
+    """Import the modules a beat imports before its scheduler starts (``imports``, the tasks
+    Celery autodiscovers), once per process: a command that reports on the schedule must see
+    what their handlers add."""
+    app = app or _current_app()
+    if not app.loader.worker_initialized:
+        app.loader.import_default_modules()
 
 
 def declared(app: Celery | None = None) -> list[Declared]:
@@ -373,15 +384,14 @@ def sync(
 class BeatConfiguration:
     """A beat's side: apply its configuration at start-up, then look again now and then."""
 
-    def __init__(self, app: Celery, recorder: Any) -> None:
-        self.app = app
+    def __init__(self, recorder: Any) -> None:
         self.recorder = recorder  # jobs.beat.heartbeat.BeatHeartbeatRecorder
         self.entries: list[Declared] | None = None
         self.fingerprint = ""
         self._next_check = 0.0
 
-    def start(self) -> Outcome:
-        self.entries = declared(self.app)
+    def start(self, app: Celery) -> Outcome:
+        self.entries = declared(app)
         outcome = sync(self.entries, beat=self.recorder.name)
         self.fingerprint = outcome.fingerprint
         self.recorder.configuration = outcome.fingerprint

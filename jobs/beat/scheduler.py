@@ -160,8 +160,9 @@ class ClusterScheduler(Scheduler):
         # Alerts go out from their own thread (and lease): a slow receiver delays no tick and
         # no maintenance pass.
         self._alerts = AlertSender() if maintain else None
+        # Before Celery's __init__, which calls setup_schedule.
+        self._configuration = configured.BeatConfiguration(beat_recorder())
         super().__init__(*args, **kwargs)
-        self._configuration = configured.BeatConfiguration(self.app, beat_recorder())
         # The longest sleep is JOBS_BEAT_MAX_INTERVAL whatever Celery passed (--max-interval):
         # set after Celery's __init__, so the banner's "maxinterval" tells the truth.
         self.max_interval = self._max_sleep  # type: ignore[assignment]  # typed int in stubs
@@ -423,7 +424,7 @@ class ClusterScheduler(Scheduler):
 
         sync_declared_jobs()
         # beat_schedule / CELERY_BEAT_SCHEDULE / add_periodic_task entries become jobs.
-        self._configuration.start()
+        self._configuration.start(self.app)
         position = changelog.newest_id()  # before reading jobs: later edits are read again
         # django-celery-beat entries without a job become jobs, and adopted jobs take the
         # edits made to their entries while no beat ran.

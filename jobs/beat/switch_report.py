@@ -157,14 +157,8 @@ def _celery_next(schedule: Any, now: datetime, n: int) -> list[str]:
     if schedule is None:
         return []
     found: list[str] = []
-    if type(schedule) is schedules.schedule:
-        last = now
-        for _ in range(n):
-            due = _celery_interval_due(schedule, last)
-            found.append(_iso(due))
-            last = due
-        return found
-    if type(schedule) is schedules.crontab:
+    # isinstance: a row's crontab is django-celery-beat's TzAwareCrontab, Celery's all the same.
+    if isinstance(schedule, schedules.crontab):
         last = now
         for _ in range(n):
             start, delta, _now = schedule.remaining_delta(last)
@@ -172,9 +166,16 @@ def _celery_next(schedule: Any, now: datetime, n: int) -> list[str]:
             found.append(_iso(due))
             last = due + timedelta(seconds=1) - timedelta(microseconds=due.microsecond)
         return found
-    if type(schedule) is schedules.solar:
+    if isinstance(schedule, schedules.solar):
         due = schedule.now().astimezone(UTC) + schedule.remaining_estimate(now)
         return [_iso(due)]
+    if isinstance(schedule, schedules.schedule):
+        last = now
+        for _ in range(n):
+            due = _celery_interval_due(schedule, last)
+            found.append(_iso(due))
+            last = due
+        return found
     return []
 
 

@@ -65,8 +65,8 @@ class Beat:
 
 
 def _start(name: str) -> tuple[configured.BeatConfiguration, configured.Outcome]:
-    side = configured.BeatConfiguration(app, Beat(name))
-    return side, side.start()
+    side = configured.BeatConfiguration(Beat(name))
+    return side, side.start(app)
 
 
 def test_every_schedule_kind_and_option_of_a_beat_schedule_becomes_a_job(

@@ -628,6 +628,7 @@ class Command(BaseCommand):
         self._table(("NAME", "KIND", "SCHEDULE", "SUMMARY"), rows, "registered tasks")
 
     def _verb_adopt(self, options: dict[str, Any]) -> None:
+        configured.import_task_modules()  # as a beat does before reading its schedule
         if options["dry_run"]:
             self._switch_report(options)
             return
