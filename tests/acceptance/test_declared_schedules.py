@@ -158,6 +158,7 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
         assert job.configured == Configured.DECLARED and job.managed_by_code and job.enabled
     assert Job.objects.get(name="Check all e-mail accounts").start_deadline == 30
     la = Job.objects.select_related("periodic_task__crontab").get(name="LA minutely")
+    assert la.periodic_task is not None and la.periodic_task.crontab is not None
     assert str(la.periodic_task.crontab.timezone) == "America/Los_Angeles"
     assert {Job.objects.get(name=f"sync {c}").kwargs["note"] for c in ("Paris", "Lyon")} == {
         "sync-paris",
