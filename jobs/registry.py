@@ -305,9 +305,15 @@ def carries_runs(celery_task: str) -> bool:
     return celery_task in _REGISTRY or celery_task == RUN_TASK
 
 
+# The one Celery task that Celery's beat schedules itself (jobs.beat.configured): schedulable.
+BACKEND_CLEANUP = "celery.backend_cleanup"
+
+
 def _is_plain(name: str) -> bool:
-    # Celery's own tasks (chords, backend cleanup) are its machinery, not the project's work.
-    return name not in _REGISTRY and name != RUN_TASK and not name.startswith("celery.")
+    # Celery's own tasks (chords, maps) are its machinery, not the project's work.
+    if name in _REGISTRY or name == RUN_TASK:
+        return False
+    return name == BACKEND_CLEANUP or not name.startswith("celery.")
 
 
 def _plain_task(name: str) -> Task | None:

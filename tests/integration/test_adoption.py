@@ -111,7 +111,7 @@ def test_an_entry_without_a_queue_keeps_its_tasks_routing() -> None:
     ("fields", "reason"),
     [
         pytest.param({"task": "billing.gone"}, "task 'billing.gone' is not registered", id="task"),
-        pytest.param({"task": "celery.backend_cleanup"}, "is not registered", id="celery-own"),
+        pytest.param({"task": "celery.chord_unlock"}, "is not registered", id="celery-own"),
         pytest.param({"kwargs": "{oops"}, "its kwargs are not JSON", id="kwargs-json"),
         pytest.param({"args": '{"a": 1}'}, "its args must be a JSON list", id="args-type"),
         pytest.param({"expires": timezone.now()}, "absolute 'expires'", id="expires"),
@@ -328,4 +328,4 @@ def test_the_admin_job_list_warns_of_entries_that_cannot_be_adopted(admin_client
     _entry("unknown", task="billing.gone")
     response = admin_client.get("/admin/jobs/job/")
     [message] = [str(m) for m in response.context["messages"]]
-    assert message.startswith("django-celery-beat entry 'unknown' (billing.gone) is not adopted")
+    assert message.startswith("django-celery-beat row 'unknown' (billing.gone) is not adopted")

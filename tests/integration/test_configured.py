@@ -333,3 +333,32 @@ def test_a_stock_django_celery_beat_row_of_a_configured_entry_is_taken_over(
     assert job.configured == Configured.DECLARED and job.managed_by_code
     assert schedule_of(job.periodic_task) == Every(600)
     assert Job.objects.filter(name="cleanup").count() == 1
+
+
+def test_celerys_backend_cleanup_entry_follows_celerys_own_rule(
+    beat_schedule: dict[str, Any],
+) -> None:
+    conf: Any = app.conf
+    saved = conf.result_expires
+    try:
+        # This project keeps no results (CELERY_RESULT_EXPIRES = None): no entry.
+        assert "celery.backend_cleanup" not in configured.celery_entries(app)
+        # Results that expire on a backend that does not expire them itself: Celery's beat
+        # installs the nightly cleanup at 4:00, its messages expiring after 12 hours.
+        conf.result_expires = timedelta(days=1)
+        assert not app.backend.supports_autoexpire
+        entry = configured.celery_entries(app)["celery.backend_cleanup"]
+        assert entry["schedule"] == schedules.crontab("0", "4", "*")
+        assert entry["options"] == {"expires": 12 * 3600}
+        [declared] = [d for d in configured.declared(app) if d.key == "celery.backend_cleanup"]
+        assert declared.carried and declared.values["expire_seconds"] == 12 * 3600
+        # A key of the project's own with that name wins, as in Celery.
+        beat_schedule["celery.backend_cleanup"] = {
+            "task": "celery.backend_cleanup",
+            "schedule": schedules.crontab("30", "5", "*"),
+        }
+        assert configured.celery_entries(app)["celery.backend_cleanup"]["schedule"] == (
+            schedules.crontab("30", "5", "*")
+        )
+    finally:
+        conf.result_expires = saved
