@@ -60,7 +60,7 @@ def _lines(path: Path) -> list[str]:
 # --- what is offered ----------------------------------------------------------------------
 
 
-def test_the_registry_offers_project_tasks_beside_job_functions_and_of_celerys_own_the_cleanup() -> None:
+def test_the_registry_offers_project_tasks_and_of_celerys_own_the_cleanup() -> None:
     names = registry.task_names()
     assert {APPEND, BOUND, WITH_CTX, "tests.record"} <= set(names)
     # Celery's own tasks are its machinery, but for the cleanup Celery's beat schedules itself.
