@@ -526,50 +526,30 @@ def _saved_schedule(model: Any) -> Any:
 
 def _claim(job: Job, *, reappeared: bool) -> None:
     """An adopted job the configuration declares: the code's (until an operator edits it)."""
-    from jobs import audit
-
     if job.configured == Configured.DECLARED and job.managed_by_code:
         return
-    changes: dict[str, Any] = {"configured": Configured.DECLARED, "managed_by_code": True}
+    Job.objects.filter(pk=job.pk).update(managed_by_code=True)
     if reappeared:
-        changes["enabled"] = True
-    Job.objects.filter(pk=job.pk).update(**changes)
-    if reappeared:
-        PeriodicTask.objects.filter(pk=job.periodic_task_id).update(enabled=True)
-        job.refresh_from_db()
-        audit.record(
-            CONFIGURATION,
-            AuditAction.RESUME,
-            job=job,
-            before={"enabled": False, "configured": Configured.REMOVED.value},
-            after={"enabled": True, "configured": Configured.DECLARED.value},
-        )
+        _switch(job, Configured.DECLARED, enabled=True)
+    else:
+        Job.objects.filter(pk=job.pk).update(configured=Configured.DECLARED)
 
 
 def _remove(job: Job) -> bool:
     """Disable a job whose entry left the configuration (history kept, audited); an
-    operator's job (edited since) is left as it is."""
-    from jobs import audit
-
-    if not job.managed_by_code:
+    operator's job (edited since) is left as it is, and so is a paused one (back in the code,
+    it stays paused)."""
+    if not job.managed_by_code or not job.enabled:
         log.info(
-            "Celery beat_schedule entry %r was removed from the configuration; its job was "
-            "edited by an operator and is theirs: left as it is",
+            "Celery beat_schedule entry %r was removed from the configuration; its job is %s: "
+            "left as it is",
             job.name,
+            "paused" if job.managed_by_code else "an operator's (edited since)",
             extra={"action": "configuration_removed_kept", "job": job.name},
         )
         Job.objects.filter(pk=job.pk).update(configured=Configured.NO)
         return False
-    Job.objects.filter(pk=job.pk).update(configured=Configured.REMOVED, enabled=False)
-    PeriodicTask.objects.filter(pk=job.periodic_task_id).update(enabled=False)
-    job.refresh_from_db()
-    audit.record(
-        CONFIGURATION,
-        AuditAction.PAUSE,
-        job=job,
-        before={"enabled": True, "configured": Configured.DECLARED.value},
-        after={"enabled": False, "configured": Configured.REMOVED.value},
-    )
+    _switch(job, Configured.REMOVED, enabled=False)
     log.warning(
         "Celery beat_schedule entry %r was removed from the configuration: its job is "
         "disabled (its history is kept)",
@@ -577,6 +557,19 @@ def _remove(job: Job) -> bool:
         extra={"action": "configuration_removed", "job": job.name},
     )
     return True
+
+
+def _switch(job: Job, configured: Configured, *, enabled: bool) -> None:
+    """Pause or resume ``job`` for the configuration, with its entry and an audit entry."""
+    from jobs import audit
+
+    before = {"enabled": job.enabled, "configured": str(job.configured)}
+    Job.objects.filter(pk=job.pk).update(configured=configured, enabled=enabled)
+    PeriodicTask.objects.filter(pk=job.periodic_task_id).update(enabled=enabled)
+    job.refresh_from_db()
+    action = AuditAction.RESUME if enabled else AuditAction.PAUSE
+    after = {"enabled": enabled, "configured": configured.value}
+    audit.record(CONFIGURATION, action, job=job, before=before, after=after)
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -362,3 +362,22 @@ def test_celerys_backend_cleanup_entry_follows_celerys_own_rule(
         )
     finally:
         conf.result_expires = saved
+
+
+def test_a_paused_job_removed_from_the_code_and_back_stays_paused(
+    beat_schedule: dict[str, Any],
+) -> None:
+    beat_schedule["hourly"] = {"task": APPEND, "schedule": 3600.0, "args": [LOG]}
+    _start("beat-a")
+    services.pause("hourly", actor=Actor.code("operator"))  # pausing is not an edit
+    del beat_schedule["hourly"]
+    BeatHeartbeat.objects.all().delete()
+    _, outcome = _start("beat-b")
+    assert outcome.applied and outcome.removed == []
+    BeatHeartbeat.objects.all().delete()
+    beat_schedule["hourly"] = {"task": APPEND, "schedule": 1800.0, "args": [LOG]}
+    _start("beat-c")
+    job = Job.objects.select_related("periodic_task__interval").get(name="hourly")
+    assert not job.enabled and job.configured == Configured.DECLARED and job.managed_by_code
+    assert schedule_of(job.periodic_task) == Every(1800)
+    assert not AuditEntry.objects.filter(job_name="hourly", action="resume").exists()
