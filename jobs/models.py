@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from celery.app.task import Context
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import DEFAULT_DB_ALIAS, models
@@ -19,7 +20,7 @@ from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
-from jobs import timestamps
+from jobs import jsonvalues, timestamps
 from jobs.schedule import calendars
 
 
@@ -134,6 +135,28 @@ def validate_alert_reasons(value: object) -> None:
         )
     if len(set(value)) != len(value):
         raise ValidationError("Each reason at most once.")
+
+
+# Celery's own message headers and request fields (as ``Context`` tells custom headers apart): a
+# job's header named like one would replace it in the message (``task``: another task would run,
+# unguarded) or on the task's request.
+CELERY_HEADERS = frozenset(
+    {*vars(Context), "lang", "task", "argsrepr", "kwargsrepr", "compression"}
+)
+
+
+def validate_headers(value: object) -> None:
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValidationError('A JSON object of message headers, e.g. {"tenant": "acme"}.')
+    taken = sorted(CELERY_HEADERS.intersection(value))
+    if taken:
+        raise ValidationError(
+            f"{', '.join(map(repr, taken))}: Celery's own message header(s), not a job's."
+        )
+    try:
+        jsonvalues.check_storable(value)
+    except ValueError as exc:
+        raise ValidationError(f"Cannot be stored: {exc}.") from None
 
 
 # The most runs of one job (per lock key) at once: each is a lease row that a claim may try.
@@ -321,6 +344,16 @@ class Job(models.Model):
         "job owned. That row stays this job's beat entry, and edits of either reach the other.",
     )
     description = models.TextField(blank=True, default="", help_text="What this job is for.")
+    # An adopted django-celery-beat row's headers: sent with every run's message, and a plain
+    # task reads them on its request as under stock beat (registry.JobSpec.call).
+    headers = models.JSONField(
+        default=dict,
+        db_default={},  # rows written in SQL get it too
+        blank=True,
+        validators=[validate_headers],
+        help_text="Custom headers of every run's message, a JSON object (tasks read them on "
+        "self.request).",
+    )
     exchange = models.CharField(
         max_length=200, blank=True, default="", help_text="Celery exchange (blank: the queue's)."
     )

@@ -20,7 +20,7 @@ from django_celery_beat.models import PeriodicTask
 from jobs import registry
 from jobs.audit import Actor
 from jobs.beat import entries, schedule_errors
-from jobs.models import Job, JobKind
+from jobs.models import Job, JobKind, validate_headers
 from jobs.schedule.kinds import At
 
 log = logging.getLogger(__name__)
@@ -207,6 +207,7 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
         "task": entry.task,
         "args": _json(entry.args or "[]", list, "args", "a JSON list"),
         "kwargs": _json(entry.kwargs or "{}", dict, "kwargs", "a JSON object"),
+        "headers": _headers(entry.headers),
         "enabled": entry.enabled,
         "queue": entry.queue or _routed_queue(entry.task),
         "exchange": entry.exchange or "",
@@ -241,6 +242,16 @@ def _json(text: str, kind: type, field: str, what: str) -> Any:
     if not isinstance(value, kind):
         raise NotAdoptable(f"its {field} must be {what}, not {text[:60]!r}")
     return value
+
+
+def _headers(text: str | None) -> dict[str, Any]:
+    # Checked here too: an edited row's values reach its job without the job's validation.
+    headers: dict[str, Any] = _json(text or "{}", dict, "headers", "a JSON object")
+    try:
+        validate_headers(headers)
+    except ValidationError as exc:
+        raise NotAdoptable(f"its headers: {' '.join(exc.messages)}") from None
+    return headers
 
 
 def _routed_queue(task: str) -> str:

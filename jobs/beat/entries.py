@@ -149,6 +149,7 @@ def _mirror(job: Job, task: PeriodicTask) -> None:
     task.task = job.task
     task.args = json.dumps(job.args)
     task.kwargs = json.dumps(job.kwargs)
+    task.headers = json.dumps(job.headers)
     task.enabled = job.enabled
     task.queue = job.queue
     task.exchange = job.exchange or None

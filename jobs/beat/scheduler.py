@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -59,7 +60,8 @@ _BEGINNING = datetime.min.replace(tzinfo=UTC)
 _KEPT = {
     "id", "name", "task", "queue", "priority", "soft_time_limit", "time_limit",
     "start_deadline", "catch_up", "updated_at", "exchange", "routing_key", "coalesce",
-    "business_days_only", "holiday_calendar", "active_from", "active_until",
+    "business_days_only", "holiday_calendar", "active_from", "active_until", "adopted",
+    "headers",
 }  # fmt: skip
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
@@ -72,6 +74,7 @@ _ID, _NAME, _START_DEADLINE, _CATCH_UP, _UPDATED_AT = (
     _JOB_COLUMNS.index(name) for name in ("id", "name", "start_deadline", "catch_up", "updated_at")
 )
 _JOB_WIDTH = len(_JOB_COLUMNS)
+_HEADERS = _JOB_COLUMNS.index("headers")  # JSON text as read (psycopg hands Django jsonb as text)
 
 
 def system_clock(offset_seconds: float = 0.0) -> Clock:
@@ -544,7 +547,7 @@ class ClusterScheduler(Scheduler):
                 cursor.execute(_LOAD)
             else:
                 cursor.execute(_LOAD + " AND j.id = ANY(%s)", [list(job_ids)])
-            return [tuple(row) for row in cursor.fetchall()]
+            return [_decoded(row) for row in cursor.fetchall()]
 
     def _with_schedules(
         self, rows: Sequence[tuple[Any, ...]]
@@ -569,6 +572,12 @@ class ClusterScheduler(Scheduler):
 
 
 _TINY = timedelta(microseconds=1)
+
+
+def _decoded(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A job's row as ``Job.from_db`` would hold it: its headers parsed."""
+    headers = {} if row[_HEADERS] == "{}" else json.loads(row[_HEADERS])  # "{}": nearly all
+    return (*row[:_HEADERS], headers, *row[_HEADERS + 1 :])
 
 
 def _decode(

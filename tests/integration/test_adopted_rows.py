@@ -1,0 +1,162 @@
+"""django-celery-beat rows adopted with what django-celery-beat's own scheduler gives them
+(``django_celery_beat.schedulers.ModelEntry``): the row's headers and the ``periodic_task_name``
+header on every run's message, as the task itself reads them; an absolute ``expires``; a
+``one_off`` row; disabled rows; one task in several rows. Real PostgreSQL and the real broker,
+beats on an injected clock, and each message executed as a worker executes it (Celery's request
+and tracer, in this thread)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery.worker.request import Request
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from jobs import bulk_publish, dispatch
+from jobs.beat import adoption, entries
+from jobs.beat.scheduler import ClusterScheduler
+from jobs.models import Job, JobRun, Trigger
+from project.celery import app
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE = "tests-adopted-rows"
+HEADERS = "tests.support.plain_tasks.request_headers"
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    # Behind the database's clock, so edits made by the test are "after" the beat's now, but
+    # within a run's start deadline (the claim judges it by the database's clock).
+    return Clock(timezone.now().replace(second=0, microsecond=0))
+
+
+def _beat(clock: Callable[[], datetime]) -> ClusterScheduler:
+    return ClusterScheduler(app=app, clock=clock, maintain=False)
+
+
+def _every(seconds: int) -> IntervalSchedule:
+    schedule, _ = IntervalSchedule.objects.get_or_create(
+        every=seconds, period=IntervalSchedule.SECONDS
+    )
+    return schedule
+
+
+def _entry(name: str, task: str = HEADERS, **fields: Any) -> PeriodicTask:
+    fields.setdefault("interval", _every(10))
+    fields.setdefault("queue", QUEUE)
+    return PeriodicTask.objects.create(name=name, task=task, **fields)
+
+
+def _execute_queued() -> int:
+    """Execute each message waiting in ``QUEUE`` as a worker does; how many there were."""
+    executed = 0
+    with app.connection_for_read() as conn:
+        channel: Any = conn.default_channel
+        while (message := channel.basic_get(QUEUE, no_ack=True)) is not None:
+            Request(message, app=app, hostname="tests@worker").execute()
+            executed += 1
+    return executed
+
+
+def _seen(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+# --- headers, and django-celery-beat's periodic_task_name ----------------------------------
+
+
+def test_a_rows_headers_and_its_name_reach_the_task_as_under_stock_beat(
+    tmp_path: Path, broker: redis.Redis, clock: Clock
+) -> None:
+    log = tmp_path / "seen.log"
+    headers = {"tenant": "acme", "trace": {"sampled": True, "ids": [1, 2]}}
+    _entry("Tenant report", args=json.dumps([str(log)]), headers=json.dumps(headers))
+    # What the task reads when django-celery-beat's scheduler sends the row (ModelEntry's
+    # options: the row's headers plus periodic_task_name), executed the same way.
+    stock = {**headers, "periodic_task_name": "Tenant report"}
+    app.send_task(HEADERS, args=[str(log)], queue=QUEUE, headers=stock)
+    assert _execute_queued() == 1
+    [under_stock_beat] = _seen(log)
+    assert under_stock_beat == {
+        "periodic_task_name": "Tenant report",
+        "tenant": "acme",
+        "headers": stock,
+    }
+
+    beat = _beat(clock)
+    slot = clock.now + timedelta(seconds=10)
+    beat.tick_at(slot + timedelta(milliseconds=5))  # adopts the row, then fires its slot
+    job = Job.objects.get(name="Tenant report")
+    assert job.adopted and job.headers == headers
+    assert _execute_queued() == 1
+    assert JobRun.objects.get(job=job, scheduled_for=slot).status == "succeeded"
+    # The same message in a burst (jobs.bulk_publish), from the beat's own job.
+    run = JobRun.objects.create(job=job, scheduled_for=slot + timedelta(seconds=10))
+    with app.producer_or_acquire() as producer:
+        publication = bulk_publish.Publication(beat._entries[job.pk].job, run.pk, run.scheduled_for)
+        assert bulk_publish.publish_burst([publication], producer) == 1
+    assert _execute_queued() == 1
+    assert _seen(log) == [under_stock_beat] * 3
+
+
+def test_a_plain_job_without_headers_sees_no_custom_header(
+    tmp_path: Path, broker: redis.Redis
+) -> None:
+    log = tmp_path / "seen.log"
+    job = Job.objects.create(name="plain", task=HEADERS, args=[str(log)], queue=QUEUE)
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    dispatch.publish(job, run.pk, run.scheduled_for)
+    assert _execute_queued() == 1
+    assert _seen(log) == [{"periodic_task_name": None, "tenant": None, "headers": None}]
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        pytest.param("{oops", "its headers are not JSON", id="not-json"),
+        pytest.param('["a"]', "its headers must be a JSON object", id="not-object"),
+        pytest.param('{"task": "other.task"}', "'task': Celery's own message header", id="task"),
+        pytest.param('{"id": "x", "eta": 1}', "'eta', 'id': Celery's own", id="id-eta"),
+    ],
+)
+def test_headers_no_job_can_send_are_refused_with_the_reason(headers: str, reason: str) -> None:
+    _entry("bad", headers=headers)
+    [verdict] = adoption.adopt()
+    assert not verdict.adoptable and reason in verdict.reason
+    assert not Job.objects.exists()
+
+
+def test_headers_follow_edits_both_ways() -> None:
+    entry = _entry("edited", args='["/dev/null"]', headers='{"tenant": "acme"}')
+    adoption.adopt()
+    job = Job.objects.get(name="edited")
+    PeriodicTask.objects.filter(pk=entry.pk).update(headers='{"tenant": "globex"}')
+    adoption.sync([job.pk])
+    job.refresh_from_db()
+    assert job.headers == {"tenant": "globex"}
+    # Edited to a header no job may send: the job is set aside, it keeps what it had.
+    PeriodicTask.objects.filter(pk=entry.pk).update(headers='{"task": "other.task"}')
+    assert "Celery's own message header" in adoption.sync([job.pk])[job.pk][1]
+    job.refresh_from_db()
+    assert job.headers == {"tenant": "globex"}
+    # And the job's headers are written to its row (what a return to stock beat reads).
+    Job.objects.filter(pk=job.pk).update(headers={"tenant": "initech"})
+    entries.refresh(Job.objects.select_related("periodic_task").get(pk=job.pk))
+    entry.refresh_from_db()
+    assert json.loads(entry.headers) == {"tenant": "initech"}
