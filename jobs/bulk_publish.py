@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 # The job fields its message is made of besides the task and the display name: jobs alike in
 # these (and in the task) share one template.
-_SHAPE_FIELDS = ("queue", "priority", "exchange", "routing_key", "time_limit")
+_SHAPE_FIELDS = ("queue", "priority", "exchange", "routing_key", "time_limit", "expires_at")
 
 # How long RabbitMQ may take to confirm a chunk before its delivery counts as uncertain.
 CONFIRM_TIMEOUT = 30.0

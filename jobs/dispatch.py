@@ -137,6 +137,10 @@ def publish(
     headers = message_headers(job)
     if headers:
         options["headers"] = headers
+    # As django-celery-beat sends an expiring row's messages: a worker drops one that arrives
+    # too late (maintenance then records its run missed).
+    if job.expires_at is not None:
+        options["expires"] = job.expires_at
     # The soft limit is the runner's (jobs.guard.lease_keeper sets ctx.stopping and the run
     # records it), not Celery's, which would raise inside the job (or inside the fenced finish).
     # The hard limit is Celery's: the pool kills the process, and jobs.guard.hard_limit records

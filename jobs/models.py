@@ -8,6 +8,7 @@ with the job, so there is one place for each fact.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from celery.app.task import Context
@@ -360,6 +361,14 @@ class Job(models.Model):
     routing_key = models.CharField(
         max_length=200, blank=True, default="", help_text="Celery routing key (blank: the queue's)."
     )
+    # An adopted django-celery-beat row's absolute expires (jobs.beat.retiring): as under
+    # stock beat, the expiry of every run's message and the end of the job's slots.
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="No slot from then on, and a run not started by then does not run (its "
+        "message expires); the job is paused once it passed. Empty: never.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -425,6 +434,10 @@ class Job(models.Model):
     def lock_key(self) -> str:
         """The default lease key: one per job."""
         return f"job:{self.name}"
+
+    def expired(self, at: datetime) -> bool:
+        """Whether the job has expired by ``at``: no slot then, nor any run started."""
+        return self.expires_at is not None and at >= self.expires_at
 
 
 def job_from_columns(names: Sequence[str], values: Sequence[Any]) -> Job:

@@ -198,10 +198,9 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
             f"its task {entry.task!r} is not registered here: neither a @job function nor one "
             "of the project's Celery tasks (is its module imported by the workers and beats?)"
         )
-    if entry.expires is not None:
+    if entry.expires is not None and entry.expire_seconds:
         raise NotAdoptable(
-            "it has an absolute 'expires', which jobs do not carry: give expire_seconds "
-            "(the start deadline) instead and clear expires"
+            "it has both 'expires' and 'expire_seconds', which django-celery-beat refuses: keep one"
         )
     values: dict[str, Any] = {
         "task": entry.task,
@@ -213,6 +212,7 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
         "exchange": entry.exchange or "",
         "routing_key": entry.routing_key or "",
         "description": entry.description or "",
+        "expires_at": entry.expires,
     }
     if entry.priority is not None:
         values["priority"] = entry.priority

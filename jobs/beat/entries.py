@@ -156,5 +156,6 @@ def _mirror(job: Job, task: PeriodicTask) -> None:
     task.routing_key = job.routing_key or None
     task.priority = job.priority
     task.description = job.description
+    task.expires = job.expires_at
     if task.expire_seconds:  # the start deadline came from it
         task.expire_seconds = job.start_deadline

@@ -61,7 +61,7 @@ _KEPT = {
     "id", "name", "task", "queue", "priority", "soft_time_limit", "time_limit",
     "start_deadline", "catch_up", "updated_at", "exchange", "routing_key", "coalesce",
     "business_days_only", "holiday_calendar", "active_from", "active_until", "adopted",
-    "headers",
+    "headers", "expires_at",
 }  # fmt: skip
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
@@ -105,8 +105,11 @@ class _Entry:
         return int(self.columns[_START_DEADLINE])
 
     def is_active(self, slot: datetime) -> bool:
-        """Whether ``slot`` lies in the job's active period (jobs.schedule.calendars)."""
-        return calendars.is_active(slot, self.job.active_from, self.job.active_until)
+        """Whether ``slot`` lies in the job's active period (jobs.schedule.calendars), before
+        it expired."""
+        job = self.job
+        active = calendars.is_active(slot, job.active_from, job.active_until)
+        return active and not job.expired(slot)
 
     @property
     def job(self) -> Job:

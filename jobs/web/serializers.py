@@ -35,14 +35,16 @@ def schedule_error(job: Job) -> str | None:
 
 
 def next_slot(job: Job, now: datetime) -> datetime | None:
-    """The job's next slot after ``now``; ``None`` when paused, continuous, finished or broken."""
+    """The job's next slot after ``now``; ``None`` when paused, continuous, finished, expired
+    or broken."""
     if not job.enabled or job.periodic_task is None:
         return None
     try:
         schedule = entries.schedule_of(job.periodic_task)
-        return None if schedule is None else slots.next_slot(schedule, now)
+        slot = None if schedule is None else slots.next_slot(schedule, now)
     except Exception:  # an unreadable entry, a cron with no next date: shown as the error
         return None
+    return None if slot is None or job.expired(slot) else slot
 
 
 def flower_task_url(run: JobRun) -> str | None:

@@ -16,13 +16,16 @@ from typing import Any
 import pytest
 import redis
 from celery.worker.request import Request
+from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from jobs import bulk_publish, dispatch
 from jobs.beat import adoption, entries
 from jobs.beat.scheduler import ClusterScheduler
-from jobs.models import Job, JobRun, Trigger
+from jobs.models import AuditAction, AuditEntry, Job, JobRun, Trigger
+from jobs.upkeep import maintenance
+from jobs.web import serializers
 from project.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -160,3 +163,70 @@ def test_headers_follow_edits_both_ways() -> None:
     entries.refresh(Job.objects.select_related("periodic_task").get(pk=job.pk))
     entry.refresh_from_db()
     assert json.loads(entry.headers) == {"tenant": "initech"}
+
+
+# --- an absolute expires -------------------------------------------------------------------
+
+
+def test_an_expiring_row_has_slots_until_then_each_message_expiring_with_it(
+    broker: redis.Redis, clock: Clock
+) -> None:
+    expires = clock.now + timedelta(seconds=25)
+    _entry("until then", args='["/dev/null"]', expires=expires)
+    beat = _beat(clock)
+    job = Job.objects.get(name="until then")
+    assert job.expires_at == expires
+    for step in range(1, 6):
+        beat.tick_at(clock.now + timedelta(seconds=10 * step, milliseconds=5))
+    slots = JobRun.objects.filter(job=job).order_by("scheduled_for")
+    assert [slot - clock.now for slot in slots.values_list("scheduled_for", flat=True)] == [
+        timedelta(seconds=10),
+        timedelta(seconds=20),
+    ]
+    # As django-celery-beat sends the row's messages: options["expires"] = model.expires.
+    with app.connection_for_read() as conn:
+        channel: Any = conn.default_channel
+        expiries = []
+        while (message := channel.basic_get(QUEUE, no_ack=True)) is not None:
+            expiries.append(message.headers["expires"])
+    assert expiries == [expires.isoformat()] * 2
+
+
+def test_a_run_past_its_jobs_expiry_does_not_run_and_the_job_is_paused_visibly(
+    tmp_path: Path, broker: redis.Redis, admin_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = tmp_path / "seen.log"
+    entry = _entry("expired", args=json.dumps([str(log)]), expires=timezone.now() + timedelta(1))
+    adoption.adopt()
+    job = Job.objects.get(name="expired")
+    assert serializers.next_slot(job, timezone.now()) is not None
+    # The row's expiry passes with a run's message still queued (a worker busy until then).
+    PeriodicTask.objects.filter(pk=entry.pk).update(expires=timezone.now() - timedelta(seconds=1))
+    adoption.sync([job.pk])
+    job.refresh_from_db()
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    dispatch.publish(job, run.pk, run.scheduled_for)
+    assert _execute_queued() == 1
+    assert not log.exists()  # the worker dropped the expired message, as under stock beat
+    assert serializers.next_slot(job, timezone.now()) is None
+    page = admin_client.get("/admin/jobs/job/").content.decode()
+    assert "none: expired" in page
+
+    with caplog.at_level("WARNING"):
+        maintenance.run_pass(holder="tests", republish_after=10)
+    run.refresh_from_db()
+    assert run.status == "missed" and "before its job expired at" in run.error
+    # Paused as django-celery-beat disables an expired row: audited, logged, on its row too.
+    job.refresh_from_db()
+    entry.refresh_from_db()
+    assert not job.enabled and not entry.enabled
+    pause = AuditEntry.objects.get(job=job, action=AuditAction.PAUSE)
+    assert (pause.actor, pause.after) == ("code:expiry", {"enabled": False})
+    assert any(getattr(r, "action", "") == "expired" for r in caplog.records)
+
+
+def test_a_row_with_both_expiries_is_refused_as_django_celery_beat_refuses_it() -> None:
+    entry = _entry("both", expire_seconds=60)
+    PeriodicTask.objects.filter(pk=entry.pk).update(expires=timezone.now())
+    [verdict] = adoption.adopt()
+    assert "both 'expires' and 'expire_seconds'" in verdict.reason
