@@ -369,6 +369,13 @@ class Job(models.Model):
         help_text="No slot from then on, and a run not started by then does not run (its "
         "message expires); the job is paused once it passed. Empty: never.",
     )
+    # An adopted django-celery-beat row's one_off (jobs.beat.retiring); a clocked schedule is
+    # once by itself.
+    one_off = models.BooleanField(
+        default=False,
+        db_default=False,  # rows written in SQL get it too
+        help_text="Run the first slot only, then pause (django-celery-beat's one_off).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -21,7 +21,6 @@ from jobs import registry
 from jobs.audit import Actor
 from jobs.beat import entries, schedule_errors
 from jobs.models import Job, JobKind, validate_headers
-from jobs.schedule.kinds import At
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +212,7 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
         "routing_key": entry.routing_key or "",
         "description": entry.description or "",
         "expires_at": entry.expires,
+        "one_off": entry.one_off and entry.clocked_id is None,  # a clocked row's is its schedule
     }
     if entry.priority is not None:
         values["priority"] = entry.priority
@@ -223,15 +223,10 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
 
 def _check_schedule(entry: PeriodicTask) -> None:
     try:
-        schedule = entries.schedule_of(entry)
+        entries.schedule_of(entry)
     except Exception as exc:
         reason = schedule_errors.describe(exc)
         raise NotAdoptable(f"its schedule cannot be read: {reason}") from None
-    if entry.one_off and not isinstance(schedule, At):
-        raise NotAdoptable(
-            "one_off with an interval, crontab or solar schedule (once, at an instant that "
-            "depends on when a beat first saw it) cannot be adopted: give it a clocked schedule"
-        )
 
 
 def _json(text: str, kind: type, field: str, what: str) -> Any:

@@ -157,5 +157,6 @@ def _mirror(job: Job, task: PeriodicTask) -> None:
     task.priority = job.priority
     task.description = job.description
     task.expires = job.expires_at
+    task.one_off = job.one_off or task.clocked_id is not None
     if task.expire_seconds:  # the start deadline came from it
         task.expire_seconds = job.start_deadline

@@ -29,7 +29,7 @@ from django_celery_beat.models import (
 )
 
 from jobs.alerts.sender import AlertSender
-from jobs.beat import adoption, changelog, coalescing, entries, schedule_errors
+from jobs.beat import adoption, changelog, coalescing, entries, retiring, schedule_errors
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.beat.uncertain_slots import UncertainSlots
@@ -61,7 +61,7 @@ _KEPT = {
     "id", "name", "task", "queue", "priority", "soft_time_limit", "time_limit",
     "start_deadline", "catch_up", "updated_at", "exchange", "routing_key", "coalesce",
     "business_days_only", "holiday_calendar", "active_from", "active_until", "adopted",
-    "headers", "expires_at",
+    "headers", "expires_at", "one_off",
 }  # fmt: skip
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
@@ -360,8 +360,20 @@ class ClusterScheduler(Scheduler):
         # one, so a burst of slots spreads over the beats with no coordination; and a beat that
         # dies mid-burst strands at most one chunk (maintenance re-publishes it).
         ordered = sorted(fire, key=lambda item: (item[1], item[0].job_id))
+        once = [item for item in ordered if item[0].job.one_off]
+        if once:
+            ordered = [item for item in ordered if not item[0].job.one_off]
         created = 0
-        with publishing(self.producer, burst=is_burst(len(ordered))) as publisher:
+        with publishing(self.producer, burst=is_burst(len(fire))) as publisher:
+            for entry, slot in once:
+                made = retiring.record_one_off_slot(entry.job_id, slot, reasons[entry.job_id, slot])
+                self._entries.pop(entry.job_id, None)  # its first slot was recorded, here or not
+                created += len(made)
+                publisher.add(
+                    (entry.job, run.run_id, run.scheduled_for)
+                    for run in made
+                    if run.status == RunStatus.SCHEDULED
+                )
             for start in range(0, len(ordered), PUBLISH_CHUNK):
                 chunk = ordered[start : start + PUBLISH_CHUNK]
                 pairs = [(entry.job_id, slot) for entry, slot in chunk]

@@ -21,4 +21,9 @@ class Migration(migrations.Migration):
             name='headers',
             field=models.JSONField(blank=True, db_default={}, default=dict, help_text="Custom headers of every run's message, a JSON object (tasks read them on self.request).", validators=[jobs.models.validate_headers]),
         ),
+        migrations.AddField(
+            model_name='job',
+            name='one_off',
+            field=models.BooleanField(db_default=False, default=False, help_text="Run the first slot only, then pause (django-celery-beat's one_off)."),
+        ),
     ]

@@ -8,6 +8,7 @@ and tracer, in this thread)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,12 +17,14 @@ from typing import Any
 import pytest
 import redis
 from celery.worker.request import Request
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django_celery_beat.models import ClockedSchedule, IntervalSchedule, PeriodicTask
 
-from jobs import bulk_publish, dispatch
-from jobs.beat import adoption, entries
+from jobs import bulk_publish, dispatch, services
+from jobs.audit import Actor
+from jobs.beat import adoption, entries, retiring
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import AuditAction, AuditEntry, Job, JobRun, Trigger
 from jobs.upkeep import maintenance
@@ -32,6 +35,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "tests-adopted-rows"
 HEADERS = "tests.support.plain_tasks.request_headers"
+TESTS = Actor.code("tests")
 
 
 class Clock:
@@ -230,3 +234,76 @@ def test_a_row_with_both_expiries_is_refused_as_django_celery_beat_refuses_it() 
     PeriodicTask.objects.filter(pk=entry.pk).update(expires=timezone.now())
     [verdict] = adoption.adopt()
     assert "both 'expires' and 'expire_seconds'" in verdict.reason
+
+
+# --- one_off -------------------------------------------------------------------------------
+
+
+def test_a_one_off_row_runs_its_first_slot_once_across_beats_then_is_paused(
+    tmp_path: Path, broker: redis.Redis, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = tmp_path / "seen.log"
+    entry = _entry("once", args=json.dumps([str(log)]), one_off=True)
+    beats = [_beat(clock), _beat(clock)]
+    job = Job.objects.get(name="once")
+    assert job.one_off and job.enabled
+    first = clock.now + timedelta(seconds=10)
+    stale = beats[1]._entries[job.pk]  # as the second beat holds it before any slot
+    with caplog.at_level("INFO", logger="jobs.beat.retiring"):
+        for step in range(1, 5):
+            for beat in beats:
+                beat.tick_at(clock.now + timedelta(seconds=10 * step, milliseconds=5))
+    # A beat that has not heard of the pause yet (stalled) fires a later slot: nothing.
+    beats[1]._record([(stale, first + timedelta(seconds=30))], [])
+    assert list(JobRun.objects.filter(job=job).values_list("scheduled_for", flat=True)) == [first]
+    assert _execute_queued() == 1 and len(_seen(log)) == 1
+    job.refresh_from_db()
+    entry.refresh_from_db()
+    assert not job.enabled and not entry.enabled  # as django-celery-beat leaves its row
+    [pause] = AuditEntry.objects.filter(job=job, action=AuditAction.PAUSE)
+    assert pause.actor == "code:one_off"
+    [done] = [r for r in caplog.records if getattr(r, "action", "") == "one_off_done"]
+    assert "one_off job once had its slot" in done.getMessage()
+    # Resumed, it runs its first slot from then on once more (django-celery-beat's re-enabled
+    # one_off row runs once more too).
+    services.resume("once", actor=TESTS)
+    beat = _beat(Clock(timezone.now()))
+    for _ in range(3):
+        beat.tick_at(timezone.now() + timedelta(seconds=11))
+    assert JobRun.objects.filter(job=job).count() == 2
+    assert not Job.objects.get(pk=job.pk).enabled
+
+
+def test_beats_racing_on_a_one_off_jobs_slots_record_one(clock: Clock) -> None:
+    _entry("race", args='["/dev/null"]', one_off=True)
+    adoption.adopt()
+    job = Job.objects.get(name="race")
+    start = threading.Barrier(4)
+
+    def fire(slot: datetime) -> None:
+        try:
+            start.wait()
+            retiring.record_one_off_slot(job.pk, slot, "")
+        finally:
+            connection.close()
+
+    slots = [clock.now + timedelta(seconds=10 * n) for n in (1, 1, 2, 3)]
+    threads = [threading.Thread(target=fire, args=(slot,)) for slot in slots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert JobRun.objects.filter(job=job).count() == 1
+    assert AuditEntry.objects.filter(job=job, action=AuditAction.PAUSE).count() == 1
+    assert not Job.objects.get(pk=job.pk).enabled
+
+
+def test_a_clocked_one_off_row_is_once_by_its_schedule() -> None:
+    clocked = ClockedSchedule.objects.create(clocked_time=timezone.now() + timedelta(hours=1))
+    entry = _entry("at noon", args='["/dev/null"]', clocked=clocked, interval=None, one_off=True)
+    adoption.adopt()
+    job = Job.objects.select_related("periodic_task").get(name="at noon")
+    assert not job.one_off
+    entries.refresh(job)  # the row stays what django-celery-beat requires of a clocked one
+    entry.refresh_from_db()
+    assert entry.one_off and adoption.sync([job.pk]) == {}

@@ -114,7 +114,6 @@ def test_an_entry_without_a_queue_keeps_its_tasks_routing() -> None:
         pytest.param({"task": "celery.backend_cleanup"}, "is not registered", id="celery-own"),
         pytest.param({"kwargs": "{oops"}, "its kwargs are not JSON", id="kwargs-json"),
         pytest.param({"args": '{"a": 1}'}, "its args must be a JSON list", id="args-type"),
-        pytest.param({"one_off": True}, "one_off with an interval", id="one-off-interval"),
         pytest.param({"priority": 200}, "priority: Ensure this value is less than", id="priority"),
     ],
 )
