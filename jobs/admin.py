@@ -293,10 +293,11 @@ class JobAdmin(admin.ModelAdmin):
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        # django-celery-beat entries the beats cannot adopt do not run: say so where jobs are.
+        # django-celery-beat entries the beats cannot adopt do not run: say so where jobs are
+        # (a disabled one would not run either: `jobs adopt --dry-run` lists it).
         if request.method == "GET":
             for verdict in adoption.preview():
-                if not verdict.adoptable:
+                if not verdict.adoptable and verdict.enabled:
                     messages.warning(
                         request,
                         f"django-celery-beat entry {verdict.name!r} ({verdict.task}) is not "

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "tests-adopted-rows"
 HEADERS = "tests.support.plain_tasks.request_headers"
+APPEND = "tests.support.plain_tasks.append"
 TESTS = Actor.code("tests")
 
 
@@ -307,3 +308,57 @@ def test_a_clocked_one_off_row_is_once_by_its_schedule() -> None:
     entries.refresh(job)  # the row stays what django-celery-beat requires of a clocked one
     entry.refresh_from_db()
     assert entry.one_off and adoption.sync([job.pk]) == {}
+
+
+# --- disabled rows, one task in several rows ------------------------------------------------
+
+
+def test_a_disabled_row_becomes_a_paused_job_that_its_page_can_resume(
+    tmp_path: Path, broker: redis.Redis, clock: Clock, admin_client: Client
+) -> None:
+    log = tmp_path / "seen.log"
+    entry = _entry("dormant", task=APPEND, args=json.dumps([str(log)]), enabled=False)
+    _entry("gone", task="billing.gone", enabled=False)  # would not run either way
+    beat = _beat(clock)
+    job = Job.objects.get(name="dormant")
+    assert job.adopted and not job.enabled and job.pk not in beat._entries
+    for step in range(1, 4):
+        beat.tick_at(clock.now + timedelta(seconds=10 * step, milliseconds=5))
+    assert not JobRun.objects.filter(job=job).exists()
+    entry.refresh_from_db()
+    assert not entry.enabled
+    # Not adoptable and disabled: left as it is, without a warning on every page.
+    response = admin_client.get("/admin/jobs/job/")
+    assert not [str(message) for message in response.context["messages"]]
+    assert [v.name for v in adoption.preview() if not v.adoptable] == ["gone"]
+
+    response = admin_client.post(
+        "/admin/jobs/job/", {"action": "resume", "_selected_action": job.pk}
+    )
+    assert response.status_code == 302
+    entry.refresh_from_db()
+    assert entry.enabled  # the row follows its job
+
+
+def test_one_task_in_several_rows_becomes_several_jobs_each_with_its_arguments(
+    tmp_path: Path, broker: redis.Redis, clock: Clock
+) -> None:
+    log = tmp_path / "runs.log"
+    for city in ("paris", "tokyo", "lima"):
+        _entry(f"weather {city}", task=APPEND, args=json.dumps([str(log)]),
+               kwargs=json.dumps({"note": city}))  # fmt: skip
+    beat = _beat(clock)
+    jobs = Job.objects.filter(task=APPEND).order_by("name")
+    assert [(job.name, job.kwargs) for job in jobs] == [
+        ("weather lima", {"note": "lima"}),
+        ("weather paris", {"note": "paris"}),
+        ("weather tokyo", {"note": "tokyo"}),
+    ]
+    beat.tick_at(clock.now + timedelta(seconds=10, milliseconds=5))
+    assert _execute_queued() == 3
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == [
+        "lima",
+        "paris",
+        "tokyo",
+    ]
+    assert set(JobRun.objects.values_list("status", flat=True)) == {"succeeded"}
