@@ -81,6 +81,8 @@ def job_fields(job: Job) -> dict[str, Any]:
     }
     record.update((name, getattr(job, name)) for name in POLICY_FIELDS)
     record.update(args=job.args, kwargs=job.kwargs, alerts_muted_until=job.alerts_muted_until)
+    # What an adopted django-celery-beat row carries (jobs.beat.adoption, jobs.beat.retiring).
+    record.update(headers=job.headers, expires_at=job.expires_at, one_off=job.one_off)
     record.update(after=upstream_names(job), before=downstream_names(job))
     return record
 

@@ -7,6 +7,7 @@ and tracer, in this thread)."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 from celery.worker.request import Request
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -362,3 +364,26 @@ def test_one_task_in_several_rows_becomes_several_jobs_each_with_its_arguments(
         "tokyo",
     ]
     assert set(JobRun.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
+def test_what_a_row_carries_is_shown_by_the_admin_the_api_and_jobs_show(
+    admin_client: Client, insider: Client
+) -> None:
+    expires = timezone.now().replace(microsecond=0) + timedelta(days=1)
+    headers = '{"tenant": "acme"}'
+    _entry("shown", args='["/dev/null"]', headers=headers, expires=expires, one_off=True)
+    adoption.adopt()
+    job = Job.objects.get(name="shown")
+    record = insider.get("/api/jobs/shown").json()
+    assert (record["headers"], record["one_off"]) == ({"tenant": "acme"}, True)
+    assert datetime.fromisoformat(record["expires_at"]) == expires
+    out = io.StringIO()
+    call_command("jobs", "show", "shown", "--json", stdout=out)
+    shown = json.loads(out.getvalue())
+    assert (shown["headers"], shown["expires_at"], shown["one_off"]) == (
+        {"tenant": "acme"},
+        expires.isoformat(),
+        True,
+    )
+    page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "acme" in page and "One off" in page and "Expires at" in page

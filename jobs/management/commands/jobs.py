@@ -20,6 +20,7 @@ from django.core.management.base import (
     DjangoHelpFormatter,
 )
 from django.db.models import BooleanField, ExpressionWrapper
+from django.utils import timezone
 
 from jobs import backfill, cli, registry, services
 from jobs.audit import Actor
@@ -684,4 +685,6 @@ def _schedule(options: dict[str, Any]) -> Definition | None:
 
 def _state(job: Job) -> str:
     state = "enabled" if job.enabled else "paused"
+    if job.expired(timezone.now()):
+        state = f"{state}, expired"
     return f"{state}, SCHEDULE ERROR" if serializers.schedule_error(job) else state
