@@ -400,6 +400,13 @@ class Job(models.Model):
                 name="soft_time_limit_below_hard",
             ),
         ]
+        indexes = [
+            # Maintenance looks for expired jobs every pass (jobs.beat.retiring): the few that
+            # have an expiry, not every job.
+            models.Index(
+                fields=["expires_at"], condition=Q(expires_at__isnull=False), name="job_expires_at"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

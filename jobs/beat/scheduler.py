@@ -35,7 +35,7 @@ from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.beat.uncertain_slots import UncertainSlots
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
-from jobs.dispatch import is_burst, publishing
+from jobs.dispatch import Publishing, is_burst, publishing
 from jobs.guard import reconnect, run_records
 from jobs.models import Job, RunStatus, job_from_columns
 from jobs.schedule import calendars, catchup, slots
@@ -365,15 +365,7 @@ class ClusterScheduler(Scheduler):
             ordered = [item for item in ordered if not item[0].job.one_off]
         created = 0
         with publishing(self.producer, burst=is_burst(len(fire))) as publisher:
-            for entry, slot in once:
-                made = retiring.record_one_off_slot(entry.job_id, slot, reasons[entry.job_id, slot])
-                self._entries.pop(entry.job_id, None)  # its first slot was recorded, here or not
-                created += len(made)
-                publisher.add(
-                    (entry.job, run.run_id, run.scheduled_for)
-                    for run in made
-                    if run.status == RunStatus.SCHEDULED
-                )
+            created += self._record_one_offs(once, reasons, publisher)
             for start in range(0, len(ordered), PUBLISH_CHUNK):
                 chunk = ordered[start : start + PUBLISH_CHUNK]
                 pairs = [(entry.job_id, slot) for entry, slot in chunk]
@@ -405,6 +397,33 @@ class ClusterScheduler(Scheduler):
             sent,
             extra={"action": "beat_fired"},
         )
+
+    def _record_one_offs(
+        self,
+        once: Sequence[tuple[_Entry, datetime]],
+        reasons: dict[tuple[int, datetime], str],
+        publisher: Publishing,
+    ) -> int:
+        """Record (and publish) the slots of one_off jobs, each with the pause that ends its job
+        (``retiring.record_one_off_slot``); the number of runs made here."""
+        made: list[run_records.NewRun] = []
+        for entry, slot in once:
+            reason = reasons[entry.job_id, slot]
+            try:
+                made += retiring.record_one_off_slot(entry.job_id, slot, reason)
+            except reconnect.CONNECTION_ERRORS:
+                raise  # the tick is tried again
+            except Exception as exc:  # e.g. its row, written around validation, cannot be saved
+                self._put_aside(entry.job_id, entry.job.name, exc)
+                continue
+            self._entries.pop(entry.job_id, None)  # its first slot is recorded, here or not
+        by_id = {entry.job_id: entry for entry, _ in once}
+        publisher.add(
+            (by_id[run.job_id].job, run.run_id, run.scheduled_for)
+            for run in made
+            if run.status == RunStatus.SCHEDULED
+        )
+        return len(made)
 
     def _apply_calendars(
         self, fire: Sequence[tuple[_Entry, datetime]]

@@ -7,6 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('django_celery_beat', '0019_alter_periodictasks_options'),
         ('jobs', '0026_job_name_without_control_characters'),
     ]
 
@@ -25,5 +26,9 @@ class Migration(migrations.Migration):
             model_name='job',
             name='one_off',
             field=models.BooleanField(db_default=False, default=False, help_text="Run the first slot only, then pause (django-celery-beat's one_off)."),
+        ),
+        migrations.AddIndex(
+            model_name='job',
+            index=models.Index(condition=models.Q(('expires_at__isnull', False)), fields=['expires_at'], name='job_expires_at'),
         ),
     ]

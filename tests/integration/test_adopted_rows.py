@@ -333,6 +333,9 @@ def test_a_disabled_row_becomes_a_paused_job_that_its_page_can_resume(
     response = admin_client.get("/admin/jobs/job/")
     assert not [str(message) for message in response.context["messages"]]
     assert [v.name for v in adoption.preview() if not v.adoptable] == ["gone"]
+    out = io.StringIO()
+    call_command("jobs", "adopt", "--dry-run", stdout=out)
+    assert out.getvalue().startswith("gone (billing.gone): cannot adopt: its task 'billing.gone'")
 
     response = admin_client.post(
         "/admin/jobs/job/", {"action": "resume", "_selected_action": job.pk}

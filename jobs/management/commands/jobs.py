@@ -635,6 +635,8 @@ class Command(BaseCommand):
         done = "would adopt" if options["dry_run"] else "adopted"
         for verdict in verdicts:
             outcome = done if verdict.adoptable else f"cannot adopt: {verdict.reason}"
+            if verdict.adoptable and not verdict.enabled:
+                outcome += " as a paused job (the entry is disabled)"
             self.stdout.write(f"{verdict.name} ({verdict.task}): {outcome}")
 
     def _verb_prune(self, options: dict[str, Any]) -> None:
