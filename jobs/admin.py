@@ -235,6 +235,9 @@ class JobAdmin(admin.ModelAdmin):
         "alerts_muted_until",
         "managed_by_code",
         "adopted",
+        "headers",
+        "expires_at",
+        "one_off",
         "description",
         "created_at",
         "updated_at",
@@ -362,9 +365,12 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="next slot")
     def next_slot(self, job: Job) -> str:
+        now = timezone.now()
+        if job.expired(now):
+            return f"none: expired {timestamps.display(job.expires_at)}"
         if not job.enabled:
             return "none: paused"
-        return timestamps.display(serializers.next_slot(job, timezone.now()))
+        return timestamps.display(serializers.next_slot(job, now))
 
     @admin.display(description="task", ordering="task")
     def task_name(self, job: Job) -> SafeString:

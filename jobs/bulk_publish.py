@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 # The job fields its message is made of besides the task and the display name: jobs alike in
 # these (and in the task) share one template.
-_SHAPE_FIELDS = ("queue", "priority", "exchange", "routing_key", "time_limit")
+_SHAPE_FIELDS = ("queue", "priority", "exchange", "routing_key", "time_limit", "expires_at")
 
 # How long RabbitMQ may take to confirm a chunk before its delivery counts as uncertain.
 CONFIRM_TIMEOUT = 30.0
@@ -213,9 +213,18 @@ def _template(sample: Publication, producer: Any) -> _Template:
 
 def _shape(job: Job) -> tuple[Any, ...]:
     # The task a message names, and whether it carries the job's name as Celery's display name
-    # (``shadow``, see ``dispatch.publish``): the one header that differs between such jobs.
+    # (``shadow``, see ``dispatch.publish``): the one header that differs between such jobs. A
+    # job's custom headers are part of its template (an adopted job's name among them).
+    from jobs.dispatch import message_headers
+
     message_task = registry.get(job.task).message_task
-    return (message_task, job.name != message_task, *(getattr(job, f) for f in _SHAPE_FIELDS))
+    headers = message_headers(job)
+    return (
+        message_task,
+        job.name != message_task,
+        json.dumps(headers, sort_keys=True) if headers else "",
+        *(getattr(job, f) for f in _SHAPE_FIELDS),
+    )
 
 
 def _transport(producer: Any) -> str:

@@ -17,7 +17,7 @@ from jobs import bulk_publish, registry
 from jobs.conf import get_conf
 from jobs.exceptions import NotTriggerable
 from jobs.guard import run_records
-from jobs.models import Job, JobKind, JobRun, Trigger
+from jobs.models import CELERY_HEADERS, Job, JobKind, JobRun, Trigger
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,18 @@ def message_kwargs(job: Job, run_id: int, scheduled_for: datetime) -> dict[str, 
     return {"run_id": run_id, "job": job.name, "slot": scheduled_for.isoformat()}
 
 
+def message_headers(job: Job) -> dict[str, Any]:
+    """The custom headers of a run's message: the job's, and for an adopted job the
+    ``periodic_task_name`` that django-celery-beat adds to every message of its row (tasks read
+    it; the row keeps the job's name)."""
+    # A row written around validation never replaces Celery's own headers (models.validate_headers).
+    headers = job.headers if isinstance(job.headers, dict) else {}
+    headers = {key: value for key, value in headers.items() if key not in CELERY_HEADERS}
+    if job.adopted:
+        headers["periodic_task_name"] = job.name
+    return headers
+
+
 def publish(
     job: Job,
     run_id: int,
@@ -122,6 +134,13 @@ def publish(
         options["exchange"] = job.exchange
     if job.routing_key:
         options["routing_key"] = job.routing_key
+    headers = message_headers(job)
+    if headers:
+        options["headers"] = headers
+    # As django-celery-beat sends an expiring row's messages: a worker drops one that arrives
+    # too late (maintenance then records its run missed).
+    if job.expires_at is not None:
+        options["expires"] = job.expires_at
     # The soft limit is the runner's (jobs.guard.lease_keeper sets ctx.stopping and the run
     # records it), not Celery's, which would raise inside the job (or inside the fenced finish).
     # The hard limit is Celery's: the pool kills the process, and jobs.guard.hard_limit records

@@ -8,8 +8,10 @@ with the job, so there is one place for each fact.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+from celery.app.task import Context
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import DEFAULT_DB_ALIAS, models
@@ -19,7 +21,7 @@ from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
-from jobs import timestamps
+from jobs import jsonvalues, timestamps
 from jobs.schedule import calendars
 
 
@@ -134,6 +136,28 @@ def validate_alert_reasons(value: object) -> None:
         )
     if len(set(value)) != len(value):
         raise ValidationError("Each reason at most once.")
+
+
+# Celery's own message headers and request fields (as ``Context`` tells custom headers apart): a
+# job's header named like one would replace it in the message (``task``: another task would run,
+# unguarded) or on the task's request.
+CELERY_HEADERS = frozenset(
+    {*vars(Context), "lang", "task", "argsrepr", "kwargsrepr", "compression"}
+)
+
+
+def validate_headers(value: object) -> None:
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValidationError('A JSON object of message headers, e.g. {"tenant": "acme"}.')
+    taken = sorted(CELERY_HEADERS.intersection(value))
+    if taken:
+        raise ValidationError(
+            f"{', '.join(map(repr, taken))}: Celery's own message header(s), not a job's."
+        )
+    try:
+        jsonvalues.check_storable(value)
+    except ValueError as exc:
+        raise ValidationError(f"Cannot be stored: {exc}.") from None
 
 
 # The most runs of one job (per lock key) at once: each is a lease row that a claim may try.
@@ -338,11 +362,36 @@ class Job(models.Model):
         "add_periodic_task: its entry is kept in step with the code (jobs.beat.configured).",
     )
     description = models.TextField(blank=True, default="", help_text="What this job is for.")
+    # An adopted django-celery-beat row's headers: sent with every run's message, and a plain
+    # task reads them on its request as under stock beat (registry.JobSpec.call).
+    headers = models.JSONField(
+        default=dict,
+        db_default={},  # rows written in SQL get it too
+        blank=True,
+        validators=[validate_headers],
+        help_text="Custom headers of every run's message, a JSON object (tasks read them on "
+        "self.request).",
+    )
     exchange = models.CharField(
         max_length=200, blank=True, default="", help_text="Celery exchange (blank: the queue's)."
     )
     routing_key = models.CharField(
         max_length=200, blank=True, default="", help_text="Celery routing key (blank: the queue's)."
+    )
+    # An adopted django-celery-beat row's absolute expires (jobs.beat.retiring): as under
+    # stock beat, the expiry of every run's message and the end of the job's slots.
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="No slot from then on, and a run not started by then does not run (its "
+        "message expires); the job is paused once it passed. Empty: never.",
+    )
+    # An adopted django-celery-beat row's one_off (jobs.beat.retiring); a clocked schedule is
+    # once by itself.
+    one_off = models.BooleanField(
+        default=False,
+        db_default=False,  # rows written in SQL get it too
+        help_text="Run the first slot only, then pause (django-celery-beat's one_off).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -366,6 +415,13 @@ class Job(models.Model):
                 | Q(soft_time_limit__isnull=True)
                 | Q(soft_time_limit__lt=models.F("time_limit")),
                 name="soft_time_limit_below_hard",
+            ),
+        ]
+        indexes = [
+            # Maintenance looks for expired jobs every pass (jobs.beat.retiring): the few that
+            # have an expiry, not every job.
+            models.Index(
+                fields=["expires_at"], condition=Q(expires_at__isnull=False), name="job_expires_at"
             ),
         ]
 
@@ -409,6 +465,10 @@ class Job(models.Model):
     def lock_key(self) -> str:
         """The default lease key: one per job."""
         return f"job:{self.name}"
+
+    def expired(self, at: datetime) -> bool:
+        """Whether the job has expired by ``at``: no slot then, nor any run started."""
+        return self.expires_at is not None and at >= self.expires_at
 
 
 def job_from_columns(names: Sequence[str], values: Sequence[Any]) -> Job:

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from celery import Task, current_app, shared_task
+from celery import Task, current_app, current_task, shared_task
+from celery._state import (  # type: ignore[attr-defined]  # public there, not in the stubs
+    pop_current_task,
+    push_current_task,
+)
+from celery.app.trace import task_has_custom
 
 from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
 from jobs.schedule.kinds import Cron, Definition, Triggered, parse_duration, parse_interval
@@ -132,9 +137,9 @@ class JobSpec:
         """Call the function for one run (or one step of a continuous job)."""
         if not self.plain:
             return self.func(ctx, *args, **kwargs)
-        if self.takes_ctx:
-            return self.func(*args, **kwargs, **{CTX_PARAMETER: ctx})
-        return self.func(*args, **kwargs)
+        assert isinstance(self.func, Task)  # a plain task's function is its Celery task
+        extra = {CTX_PARAMETER: ctx} if self.takes_ctx else {}
+        return _call_task(self.func, args, kwargs, extra)
 
     def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Raise ``TypeError`` saying why ``args``/``kwargs`` do not fit the function."""
@@ -355,6 +360,33 @@ def _callable_of(func: JobFunction) -> JobFunction:
     """What a call of ``func`` ends up calling: a Celery task's ``run`` (bound, for ``bind=True``
     tasks, so its signature leaves ``self`` out)."""
     return func.run if isinstance(func, Task) else func
+
+
+def _call_task(task: Task, args: list[Any], kwargs: dict[str, Any], extra: dict[str, Any]) -> Any:
+    """Call a plain task as Celery's worker calls the task of a message: its ``run`` under a
+    request that carries the custom headers of the run's message, so the task reads them as
+    under stock beat (``self.request.periodic_task_name``, ``self.request.headers``); through
+    its own ``__call__`` when its class defines one (as Celery's tracer does), whose request
+    starts blank. The request stays ``called_directly``: ``self.retry()`` raises, for the job's
+    retry policy, instead of sending the task a message of its own that would run unguarded."""
+    headers = _message_headers()
+    if not headers or task_has_custom(task, "__call__"):
+        return task(*args, **kwargs, **extra)
+    push_current_task(task)
+    task.push_request(args=list(args), kwargs={**kwargs, **extra}, headers=headers, **headers)
+    try:
+        return task.run(*args, **kwargs, **extra)
+    finally:
+        task.pop_request()
+        pop_current_task()
+
+
+def _message_headers() -> dict[str, Any]:
+    """The custom headers of the message being executed, if it is a run's (``RUN_TASK``): what
+    Celery's request leaves once its own fields are taken out."""
+    if not current_task or current_task.name != RUN_TASK:
+        return {}
+    return dict(current_task.request.headers or {})
 
 
 def _asks_for_ctx(func: JobFunction) -> bool:

@@ -20,12 +20,13 @@ from django_celery_beat.models import PeriodicTask
 from jobs import registry
 from jobs.audit import Actor
 from jobs.beat import entries, schedule_errors
-from jobs.models import Job, JobKind
-from jobs.schedule.kinds import At
+from jobs.models import Job, JobKind, validate_headers
 
 log = logging.getLogger(__name__)
 
 BEAT = Actor.code("beat adoption")
+# An entry's schedule rows, read with it.
+_SCHEDULES = ("interval", "crontab", "clocked", "solar")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Verdict:
     task: str
     reason: str = ""  # empty: adoptable
     job: Job | None = None  # unsaved
+    enabled: bool = True  # the entry's: a disabled one becomes a paused job
 
     @property
     def adoptable(self) -> bool:
@@ -47,6 +49,7 @@ class Verdict:
             "entry": self.entry_id,
             "name": self.name,
             "task": self.task,
+            "enabled": self.enabled,
             "adoptable": self.adoptable,
             "reason": self.reason,
         }
@@ -57,10 +60,8 @@ class NotAdoptable(ValueError):
 
 
 def unowned(entry_ids: Collection[int] | None = None) -> QuerySet[PeriodicTask]:
-    """Enabled entries that no job owns (``entry_ids``: only those)."""
-    entries = PeriodicTask.objects.filter(enabled=True, job__isnull=True).select_related(
-        "interval", "crontab", "clocked", "solar"
-    )
+    """Entries that no job owns, disabled ones too (``entry_ids``: only those)."""
+    entries = PeriodicTask.objects.filter(job__isnull=True).select_related(*_SCHEDULES)
     if entry_ids is not None:
         entries = entries.filter(pk__in=list(entry_ids))
     return entries.order_by("name")
@@ -75,13 +76,18 @@ def judge(entry: PeriodicTask) -> Verdict:
     try:
         job = _job_for(entry)
     except NotAdoptable as exc:
-        return Verdict(entry.pk, entry.name, entry.task, reason=str(exc))
-    return Verdict(entry.pk, entry.name, entry.task, job=job)
+        return _refused(entry, str(exc))
+    return Verdict(entry.pk, entry.name, entry.task, job=job, enabled=entry.enabled)
+
+
+def _refused(entry: PeriodicTask, reason: str) -> Verdict:
+    return Verdict(entry.pk, entry.name, entry.task, reason=reason, enabled=entry.enabled)
 
 
 def adopt(entry_ids: Collection[int] | None = None, *, actor: Actor = BEAT) -> list[Verdict]:
-    """Adopt the enabled entries without a job (``entry_ids``: only those that are); returns
-    each entry's verdict. Safe to run from every beat at once."""
+    """Adopt the entries without a job (``entry_ids``: only those that are), a disabled one as
+    a paused job (so it can be resumed on its job page); returns each entry's verdict. Safe to
+    run from every beat at once."""
     verdicts = []
     for entry in unowned(entry_ids):
         verdict = _adopt_one(entry, actor)
@@ -96,19 +102,25 @@ def _adopt_one(entry: PeriodicTask, actor: Actor) -> Verdict | None:
 
     try:
         with transaction.atomic():
-            # Another beat adopting the same entry waits here, then finds it owned.
-            locked = PeriodicTask.objects.select_for_update().filter(pk=entry.pk).first()
+            # Another beat adopting the same entry waits here, then finds it owned. The job
+            # is made from the entry as locked: an edit made meanwhile (enabled, say) is in it.
+            locked = (
+                PeriodicTask.objects.select_for_update(of=("self",))
+                .select_related(*_SCHEDULES)
+                .filter(pk=entry.pk)
+                .first()
+            )
             if locked is None or Job.objects.filter(periodic_task_id=entry.pk).exists():
                 return None
-            verdict = judge(entry)
+            verdict = judge(locked)
             if verdict.job is not None:
-                adopt_entry(verdict.job, entry, actor=actor)
+                adopt_entry(verdict.job, locked, actor=actor)
     except IntegrityError:
         if Job.objects.filter(periodic_task_id=entry.pk).exists():
             return None
-        verdict = Verdict(entry.pk, entry.name, entry.task, reason=_name_taken(entry.name))
+        verdict = _refused(entry, _name_taken(entry.name))
     except ValidationError as exc:
-        verdict = Verdict(entry.pk, entry.name, entry.task, reason=_reason(exc))
+        verdict = _refused(entry, _reason(exc))
     _log(verdict)
     return verdict
 
@@ -120,6 +132,14 @@ def _log(verdict: Verdict) -> None:
             "adopted django-celery-beat entry %r as a job",
             verdict.name,
             extra={**fields, "action": "adopted"},
+        )
+    elif not verdict.enabled:
+        # It would not run under django-celery-beat either; judged again once enabled.
+        log.info(
+            "disabled django-celery-beat entry %r cannot be adopted, it stays as it is: %s",
+            verdict.name,
+            verdict.reason,
+            extra={**fields, "action": "not_adoptable", "reason": verdict.reason},
         )
     else:
         log.error(
@@ -198,20 +218,22 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
             f"its task {entry.task!r} is not registered here: neither a @job function nor one "
             "of the project's Celery tasks (is its module imported by the workers and beats?)"
         )
-    if entry.expires is not None:
+    if entry.expires is not None and entry.expire_seconds:
         raise NotAdoptable(
-            "it has an absolute 'expires', which jobs do not carry: give expire_seconds "
-            "(the start deadline) instead and clear expires"
+            "it has both 'expires' and 'expire_seconds', which django-celery-beat refuses: keep one"
         )
     values: dict[str, Any] = {
         "task": entry.task,
         "args": _json(entry.args or "[]", list, "args", "a JSON list"),
         "kwargs": _json(entry.kwargs or "{}", dict, "kwargs", "a JSON object"),
+        "headers": _headers(entry.headers),
         "enabled": entry.enabled,
         "queue": entry.queue or _routed_queue(entry.task),
         "exchange": entry.exchange or "",
         "routing_key": entry.routing_key or "",
         "description": entry.description or "",
+        "expires_at": entry.expires,
+        "one_off": entry.one_off and entry.clocked_id is None,  # a clocked row's is its schedule
     }
     if entry.priority is not None:
         values["priority"] = entry.priority
@@ -222,15 +244,10 @@ def _carried(entry: PeriodicTask) -> dict[str, Any]:
 
 def _check_schedule(entry: PeriodicTask) -> None:
     try:
-        schedule = entries.schedule_of(entry)
+        entries.schedule_of(entry)
     except Exception as exc:
         reason = schedule_errors.describe(exc)
         raise NotAdoptable(f"its schedule cannot be read: {reason}") from None
-    if entry.one_off and not isinstance(schedule, At):
-        raise NotAdoptable(
-            "one_off with an interval, crontab or solar schedule (once, at an instant that "
-            "depends on when a beat first saw it) cannot be adopted: give it a clocked schedule"
-        )
 
 
 def _json(text: str, kind: type, field: str, what: str) -> Any:
@@ -241,6 +258,16 @@ def _json(text: str, kind: type, field: str, what: str) -> Any:
     if not isinstance(value, kind):
         raise NotAdoptable(f"its {field} must be {what}, not {text[:60]!r}")
     return value
+
+
+def _headers(text: str | None) -> dict[str, Any]:
+    # Checked here too: an edited row's values reach its job without the job's validation.
+    headers: dict[str, Any] = _json(text or "{}", dict, "headers", "a JSON object")
+    try:
+        validate_headers(headers)
+    except ValidationError as exc:
+        raise NotAdoptable(f"its headers: {' '.join(exc.messages)}") from None
+    return headers
 
 
 def _routed_queue(task: str) -> str:

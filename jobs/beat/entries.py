@@ -149,11 +149,14 @@ def _mirror(job: Job, task: PeriodicTask) -> None:
     task.task = job.task
     task.args = json.dumps(job.args)
     task.kwargs = json.dumps(job.kwargs)
+    task.headers = json.dumps(job.headers)
     task.enabled = job.enabled
     task.queue = job.queue
     task.exchange = job.exchange or None
     task.routing_key = job.routing_key or None
     task.priority = job.priority
     task.description = job.description
+    task.expires = job.expires_at
+    task.one_off = job.one_off or task.clocked_id is not None
     if task.expire_seconds:  # the start deadline came from it
         task.expire_seconds = job.start_deadline

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -28,13 +29,21 @@ from django_celery_beat.models import (
 )
 
 from jobs.alerts.sender import AlertSender
-from jobs.beat import adoption, changelog, coalescing, configured, entries, schedule_errors
+from jobs.beat import (
+    adoption,
+    changelog,
+    coalescing,
+    configured,
+    entries,
+    retiring,
+    schedule_errors,
+)
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.beat.uncertain_slots import UncertainSlots
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
-from jobs.dispatch import is_burst, publishing
+from jobs.dispatch import Publishing, is_burst, publishing
 from jobs.guard import reconnect, run_records
 from jobs.models import Job, RunStatus, job_from_columns
 from jobs.schedule import calendars, catchup, slots
@@ -59,7 +68,8 @@ _BEGINNING = datetime.min.replace(tzinfo=UTC)
 _KEPT = {
     "id", "name", "task", "queue", "priority", "soft_time_limit", "time_limit",
     "start_deadline", "catch_up", "updated_at", "exchange", "routing_key", "coalesce",
-    "business_days_only", "holiday_calendar", "active_from", "active_until",
+    "business_days_only", "holiday_calendar", "active_from", "active_until", "adopted",
+    "headers", "expires_at", "one_off",
 }  # fmt: skip
 _JOB_COLUMNS = tuple(f.attname for f in Job._meta.concrete_fields if f.attname in _KEPT)
 _LOAD = f"""
@@ -72,6 +82,7 @@ _ID, _NAME, _START_DEADLINE, _CATCH_UP, _UPDATED_AT = (
     _JOB_COLUMNS.index(name) for name in ("id", "name", "start_deadline", "catch_up", "updated_at")
 )
 _JOB_WIDTH = len(_JOB_COLUMNS)
+_HEADERS = _JOB_COLUMNS.index("headers")  # JSON text as read (psycopg hands Django jsonb as text)
 
 
 def system_clock(offset_seconds: float = 0.0) -> Clock:
@@ -102,8 +113,11 @@ class _Entry:
         return int(self.columns[_START_DEADLINE])
 
     def is_active(self, slot: datetime) -> bool:
-        """Whether ``slot`` lies in the job's active period (jobs.schedule.calendars)."""
-        return calendars.is_active(slot, self.job.active_from, self.job.active_until)
+        """Whether ``slot`` lies in the job's active period (jobs.schedule.calendars), before
+        it expired."""
+        job = self.job
+        active = calendars.is_active(slot, job.active_from, job.active_until)
+        return active and not job.expired(slot)
 
     @property
     def job(self) -> Job:
@@ -357,8 +371,12 @@ class ClusterScheduler(Scheduler):
         # one, so a burst of slots spreads over the beats with no coordination; and a beat that
         # dies mid-burst strands at most one chunk (maintenance re-publishes it).
         ordered = sorted(fire, key=lambda item: (item[1], item[0].job_id))
+        once = [item for item in ordered if item[0].job.one_off]
+        if once:
+            ordered = [item for item in ordered if not item[0].job.one_off]
         created = 0
-        with publishing(self.producer, burst=is_burst(len(ordered))) as publisher:
+        with publishing(self.producer, burst=is_burst(len(fire))) as publisher:
+            created += self._record_one_offs(once, reasons, publisher)
             for start in range(0, len(ordered), PUBLISH_CHUNK):
                 chunk = ordered[start : start + PUBLISH_CHUNK]
                 pairs = [(entry.job_id, slot) for entry, slot in chunk]
@@ -390,6 +408,33 @@ class ClusterScheduler(Scheduler):
             sent,
             extra={"action": "beat_fired"},
         )
+
+    def _record_one_offs(
+        self,
+        once: Sequence[tuple[_Entry, datetime]],
+        reasons: dict[tuple[int, datetime], str],
+        publisher: Publishing,
+    ) -> int:
+        """Record (and publish) the slots of one_off jobs, each with the pause that ends its job
+        (``retiring.record_one_off_slot``); the number of runs made here."""
+        made: list[run_records.NewRun] = []
+        for entry, slot in once:
+            reason = reasons[entry.job_id, slot]
+            try:
+                made += retiring.record_one_off_slot(entry.job_id, slot, reason)
+            except reconnect.CONNECTION_ERRORS:
+                raise  # the tick is tried again
+            except Exception as exc:  # e.g. its row, written around validation, cannot be saved
+                self._put_aside(entry.job_id, entry.job.name, exc)
+                continue
+            self._entries.pop(entry.job_id, None)  # its first slot is recorded, here or not
+        by_id = {entry.job_id: entry for entry, _ in once}
+        publisher.add(
+            (by_id[run.job_id].job, run.run_id, run.scheduled_for)
+            for run in made
+            if run.status == RunStatus.SCHEDULED
+        )
+        return len(made)
 
     def _apply_calendars(
         self, fire: Sequence[tuple[_Entry, datetime]]
@@ -549,7 +594,7 @@ class ClusterScheduler(Scheduler):
                 cursor.execute(_LOAD)
             else:
                 cursor.execute(_LOAD + " AND j.id = ANY(%s)", [list(job_ids)])
-            return [tuple(row) for row in cursor.fetchall()]
+            return [_decoded(row) for row in cursor.fetchall()]
 
     def _with_schedules(
         self, rows: Sequence[tuple[Any, ...]]
@@ -574,6 +619,12 @@ class ClusterScheduler(Scheduler):
 
 
 _TINY = timedelta(microseconds=1)
+
+
+def _decoded(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A job's row as ``Job.from_db`` would hold it: its headers parsed."""
+    headers = {} if row[_HEADERS] == "{}" else json.loads(row[_HEADERS])  # "{}": nearly all
+    return (*row[:_HEADERS], headers, *row[_HEADERS + 1 :])
 
 
 def _decode(

@@ -82,7 +82,7 @@ def not_carried() -> list[Line]:
     lines += [
         Line(ROW, verdict.name, verdict.task, reason=verdict.reason)
         for verdict in adoption.preview()
-        if not verdict.adoptable
+        if not verdict.adoptable and verdict.enabled  # a disabled one would not run either
     ]
     return lines
 
@@ -92,28 +92,26 @@ def _configuration_line(entry: configured.Declared, now: datetime, count: int) -
     if not entry.carried:
         line.reason = entry.reason
         return line
-    existing = Job.objects.filter(name=entry.job_name).first()
-    if existing is not None and not existing.adopted:
-        line.reason = adoption._name_taken(entry.job_name)
-        return line
     if entry.job_name != entry.key:
         line.changes.append(f"the job is named {entry.job_name!r} (a job name holds no '/')")
-    row = PeriodicTask(name=entry.job_name, task=entry.task, **_schedule_values(entry))
+    row = PeriodicTask(name=entry.job_name, enabled=True, **entry.values)
+    existing = Job.objects.filter(name=entry.job_name).first()
+    # The row the beat would write, judged as adoption will judge it (an adopted job of that
+    # name is the entry's already: stock beat wrote its row).
+    verdict = adoption.judge(row) if existing is None else None
+    if existing is not None and not existing.adopted:
+        line.reason = adoption._name_taken(entry.job_name)
+    elif verdict is not None and not verdict.adoptable:
+        line.reason = verdict.reason
+    if line.reason:
+        return line
     _describe(line, row, entry.schedule, now, count)
     line.job = entry.job_name
     return line
 
 
-def _schedule_values(entry: configured.Declared) -> dict[str, Any]:
-    names = ("interval", "crontab", "solar", "clocked", "start_time")
-    return {name: entry.values[name] for name in names if name in entry.values}
-
-
 def _row_line(row: PeriodicTask, now: datetime, count: int) -> Line:
     line = Line(ROW, row.name, row.task)
-    if not row.enabled:
-        line.reason = "disabled: it stays disabled and is not adopted until it is enabled"
-        return line
     verdict = adoption.judge(row)
     if not verdict.adoptable:
         line.reason = verdict.reason
@@ -124,6 +122,8 @@ def _row_line(row: PeriodicTask, now: datetime, count: int) -> Line:
         celery_schedule = None
     _describe(line, row, celery_schedule, now, count)
     line.job = row.name
+    if not row.enabled:
+        line.changes.append("the entry is disabled: its job is paused (resume it to run it)")
     return line
 
 

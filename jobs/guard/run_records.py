@@ -646,16 +646,21 @@ SELECT j.id, (SELECT r.scheduled_for FROM jobs_jobrun AS r
 _MAINTAINED_TRIGGERS = "('scheduled', 'manual', 'api', 'retry', 'backfill')"
 
 # A scheduled run whose deadline passed with no claim (its message was lost, or every worker
-# was busy or stopped) is missed. Conditional on status, so a concurrent claim and this update
+# was busy or stopped) is missed; so is one whose job expired (Job.expires_at: a worker drops
+# its message, which expired too). Conditional on status, so a concurrent claim and this update
 # settle the run once: whichever comes second finds it no longer scheduled.
 _EXPIRE_SCHEDULED = f"""
 UPDATE jobs_jobrun AS r
    SET status = 'missed', finished_at = now(),
-       error = format('not started within its start deadline of %%s s: no worker claimed it '
-                      '(recorded by maintenance)', j.start_deadline)
+       error = CASE WHEN now() >= j.expires_at
+                    THEN format('not started before its job expired at %%s (its message '
+                                'expired then; recorded by maintenance)', j.expires_at)
+                    ELSE format('not started within its start deadline of %%s s: no worker '
+                                'claimed it (recorded by maintenance)', j.start_deadline) END
   FROM jobs_job AS j
  WHERE j.id = r.job_id AND r.status = 'scheduled' AND r.trigger IN {_MAINTAINED_TRIGGERS}
-   AND now() > {deadline_from_pg("r")} + make_interval(secs => j.start_deadline)
+   AND (now() > {deadline_from_pg("r")} + make_interval(secs => j.start_deadline)
+        OR now() >= j.expires_at)
 RETURNING r.id
 """
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError
 from jobs import backfill
 from jobs.alerts import detect
 from jobs.background import PeriodicThread
-from jobs.beat import changelog
+from jobs.beat import changelog, retiring
 from jobs.database_clock import database_now
 from jobs.dispatch import is_burst, publish_many
 from jobs.guard import lease, run_records
@@ -54,10 +54,12 @@ def run_pass(
     if held is None:
         return None
     try:
+        retiring.pause_expired()
         expired = run_records.expire_scheduled()
         if expired:
             log.warning(
-                "%d run(s) not started within their start deadline recorded missed",
+                "%d run(s) not started within their start deadline (or before their job "
+                "expired) recorded missed",
                 len(expired),
                 extra={"action": "missed", "run_ids": expired[:100]},
             )

@@ -182,6 +182,9 @@ _SCHEMAS: dict[str, Any] = {
             "kwargs",
             *_POLICY_PROPERTIES,
             "alerts_muted_until",
+            "headers",
+            "expires_at",
+            "one_off",
             "after",
             "before",
             "managed_by_code",
@@ -202,12 +205,29 @@ _SCHEMAS: dict[str, Any] = {
                 }
             ),
             "next_slot": _nullable(
-                {**_DATETIME, "description": "null when paused, continuous or finished."}
+                {**_DATETIME, "description": "null when paused, continuous, finished or expired."}
             ),
             "args": {"type": "array", "items": {}},
             "kwargs": {"type": "object"},
             **_POLICY_PROPERTIES,
             "alerts_muted_until": _MUTED_UNTIL,
+            "headers": {
+                "type": "object",
+                "description": "Custom headers of every run's message (an adopted "
+                "django-celery-beat row's); tasks read them on self.request.",
+            },
+            "expires_at": _nullable(
+                {
+                    **_DATETIME,
+                    "description": "No slot from then on, and a run not started by then does "
+                    "not run; the job is paused once it passed (null: never).",
+                }
+            ),
+            "one_off": {
+                "type": "boolean",
+                "description": "Runs its first slot only, then is paused (django-celery-beat's "
+                "one_off).",
+            },
             "after": _AFTER,
             "before": {
                 "type": "array",

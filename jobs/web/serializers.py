@@ -35,14 +35,16 @@ def schedule_error(job: Job) -> str | None:
 
 
 def next_slot(job: Job, now: datetime) -> datetime | None:
-    """The job's next slot after ``now``; ``None`` when paused, continuous, finished or broken."""
+    """The job's next slot after ``now``; ``None`` when paused, continuous, finished, expired
+    or broken."""
     if not job.enabled or job.periodic_task is None:
         return None
     try:
         schedule = entries.schedule_of(job.periodic_task)
-        return None if schedule is None else slots.next_slot(schedule, now)
+        slot = None if schedule is None else slots.next_slot(schedule, now)
     except Exception:  # an unreadable entry, a cron with no next date: shown as the error
         return None
+    return None if slot is None or job.expired(slot) else slot
 
 
 def flower_task_url(run: JobRun) -> str | None:
@@ -79,6 +81,8 @@ def job_fields(job: Job) -> dict[str, Any]:
     }
     record.update((name, getattr(job, name)) for name in POLICY_FIELDS)
     record.update(args=job.args, kwargs=job.kwargs, alerts_muted_until=job.alerts_muted_until)
+    # What an adopted django-celery-beat row carries (jobs.beat.adoption, jobs.beat.retiring).
+    record.update(headers=job.headers, expires_at=job.expires_at, one_off=job.one_off)
     record.update(after=upstream_names(job), before=downstream_names(job))
     return record
 

@@ -106,7 +106,17 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
         _job(f"{broker.kind}-urgent", queue, priority=8),
         _job(f"{broker.kind}-limited", queue, time_limit=30),
         _job(f"{broker.kind}-celery", queue, task="tests.support.plain_tasks.append"),
+        _job(f"{broker.kind}-adopted", queue, task="tests.support.plain_tasks.append"),
     ]
+    # An adopted django-celery-beat row's message options: its headers (and django-celery-beat's
+    # periodic_task_name), an expiry; Celery computes the expiry's TTL from its clock, held here.
+    Job.objects.filter(pk=jobs[-1].pk).update(
+        adopted=True, headers={"tenant": "acme", "trace": {"ids": [1, 2]}},
+        expires_at=timezone.now() + timedelta(hours=1),
+    )  # fmt: skip
+    jobs[-1].refresh_from_db()
+    held = timezone.now()
+    monkeypatch.setattr(current_app, "now", lambda: held)
     runs = [
         JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.SCHEDULED)
         for job in jobs
@@ -137,6 +147,9 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
     assert urgent[2]["priority"] != in_bulk[f"jobrun-{runs[0].pk}"][2]["priority"]
     limited = next(v for v in in_bulk.values() if v[0]["shadow"] == f"{broker.kind}-limited")
     assert limited[0]["timelimit"][0] == 30
+    adopted = next(v for v in in_bulk.values() if v[0]["shadow"] == f"{broker.kind}-adopted")
+    assert adopted[0]["periodic_task_name"] == f"{broker.kind}-adopted"
+    assert adopted[0]["trace"] == {"ids": [1, 2]} and adopted[0]["expires"]
     twin_b = in_bulk[f"jobrun-{runs[4].pk}"]
     assert twin_b[0]["shadow"] == f"{broker.kind}-twin-b"
     assert json.loads(twin_b[1])[1]["job"] == f"{broker.kind}-twin-b"

@@ -133,7 +133,8 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
         assert "/" not in records[key]["job"]
     for name in ROWS:
         assert records[name]["source"] == "django-celery-beat row" and records[name]["carried"]
-    assert records["switched off"]["reason"].startswith("disabled: it stays disabled")
+    assert records["switched off"]["carried"]
+    assert any("its job is paused" in change for change in records["switched off"]["changes"])
     for name in ("flush-buffers", "finalize minutely", "LA minutely"):
         # A crontab: the same slots as Celery's own crontab computes.
         assert records[name]["celery_next"] == records[name]["our_next"], records[name]
@@ -152,11 +153,13 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
         return beats and workers
 
     wait_for(started, timeout=START_TIMEOUT, what="beats loaded and workers ready", poll=0.5)
-    assert set(Job.objects.values_list("name", flat=True)) == set(expected)
+    assert set(Job.objects.values_list("name", flat=True)) == {*expected, "switched off"}
+    assert not Job.objects.get(name="switched off").enabled  # a disabled row: a paused job
     for name in [*CONFIGURED, *unnamed]:
         job = Job.objects.get(name=name)
         assert job.configured == Configured.DECLARED and job.managed_by_code and job.enabled
-    assert Job.objects.get(name="Check all e-mail accounts").start_deadline == 30
+    mail = Job.objects.get(name="Check all e-mail accounts")
+    assert mail.start_deadline == 30 and mail.headers == {"team": "mail"}
     la = Job.objects.select_related("periodic_task__crontab").get(name="LA minutely")
     assert la.periodic_task is not None and la.periodic_task.crontab is not None
     assert str(la.periodic_task.crontab.timezone) == "America/Los_Angeles"
@@ -223,7 +226,8 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
     last_legacy = JobRun.objects.filter(job=legacy).order_by("-scheduled_for").first()
     assert last_legacy is not None
     assert last_legacy.scheduled_for <= removed_at + timedelta(seconds=1)
-    assert executions["off"] == 0 and not Job.objects.filter(name="switched off").exists()
+    assert executions["off"] == 0
+    assert not JobRun.objects.filter(job__name="switched off").exists()
 
 
 def _slots_between(schedule: Any, first: datetime, last: datetime) -> list[datetime]:

@@ -61,6 +61,9 @@ JOB_KEYS = {
     "args",
     "kwargs",
     "alerts_muted_until",
+    "headers",
+    "expires_at",
+    "one_off",
 }
 RUN_KEYS = {
     "id",

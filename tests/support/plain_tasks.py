@@ -5,6 +5,7 @@ counted on the task's own side, independently of the run table."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -39,6 +40,19 @@ def bound(self: Task, log: str, note: str = "") -> str:
     """A ``bind=True`` task: it receives itself first."""
     _append(log, f"{note} {self.name}")
     return self.name
+
+
+@shared_task(bind=True)
+def request_headers(self: Task, log: str) -> None:
+    """A ``bind=True`` task that appends, as JSON, what its request says of its message's custom
+    headers: ``periodic_task_name`` (django-celery-beat's), ``tenant``, and all of them."""
+    request = self.request
+    seen = {
+        "periodic_task_name": getattr(request, "periodic_task_name", None),
+        "tenant": getattr(request, "tenant", None),
+        "headers": request.headers,
+    }
+    _append(log, json.dumps(seen, sort_keys=True))
 
 
 @shared_task

@@ -22,6 +22,7 @@ VALUES = {
     "exchange": "", "routing_key": "", "updated_at": datetime(2026, 11, 1, tzinfo=UTC),
     "args": [1], "kwargs": {"a": 1}, "overlap": "skip", "on_lost": "record", "max_retries": 2,
     "retry_backoff": 5.0, "lease_ttl": 30, "min_hold": 0.0, "max_concurrency": 1,
+    "adopted": True, "headers": {"tenant": "acme"}, "expires_at": None, "one_off": False,
 }  # fmt: skip
 # The beat's columns in the model's order; the claim's in its own (not the model's).
 COLUMN_SETS = {"beat": _JOB_COLUMNS, "claim": _JOB_FIELDS}

@@ -20,6 +20,7 @@ from django.core.management.base import (
     DjangoHelpFormatter,
 )
 from django.db.models import BooleanField, ExpressionWrapper
+from django.utils import timezone
 
 from jobs import backfill, cli, registry, services
 from jobs.audit import Actor
@@ -646,6 +647,8 @@ class Command(BaseCommand):
             return
         for verdict in verdicts:
             said = "adopted" if verdict.adoptable else f"cannot adopt: {verdict.reason}"
+            if verdict.adoptable and not verdict.enabled:
+                said += " as a paused job (the entry is disabled)"
             self.stdout.write(f"{verdict.name} ({verdict.task}): {said}")
 
     def _switch_report(self, options: dict[str, Any]) -> None:
@@ -720,4 +723,6 @@ def _schedule(options: dict[str, Any]) -> Definition | None:
 
 def _state(job: Job) -> str:
     state = "enabled" if job.enabled else "paused"
+    if job.expired(timezone.now()):
+        state = f"{state}, expired"
     return f"{state}, SCHEDULE ERROR" if serializers.schedule_error(job) else state

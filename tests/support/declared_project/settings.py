@@ -28,7 +28,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": APPEND,
         "schedule": 2.0,
         "kwargs": {"log": LOG, "note": "mail"},
-        "options": {"expires": 30.0, "headers": {"origin": "settings"}},
+        "options": {"expires": 30.0, "headers": {"team": "mail"}},
     },
     # Saleor: a timedelta
     "update-exchange-rates": {
