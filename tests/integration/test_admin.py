@@ -3,6 +3,7 @@ for every bad input, the changelist and its actions, and the read-only history p
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -22,11 +23,12 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import job, services
+from jobs import job, services, timestamps
 from jobs.audit import Actor
 from jobs.guard import lease
 from jobs.models import (
     AuditEntry,
+    Incident,
     Job,
     JobKind,
     JobRun,
@@ -38,6 +40,7 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every
+from jobs.web import serializers
 from tests.support.forms import job_form_data
 
 pytestmark = pytest.mark.django_db
@@ -748,3 +751,60 @@ def test_empty_alert_reasons_mean_every_reason(admin_client):
     response = admin_client.post("/admin/jobs/job/add/", form_data(alert_reasons=""))
     assert response.status_code == 302, form_errors(response)
     assert Job.objects.get(name="report").alert_reasons == []
+
+
+def _readonly_rows(page: str) -> dict[str, str]:
+    """Each read-only row of a change page: its title and the text it shows (tags dropped, an
+    icon read by its alt text)."""
+    rows: dict[str, str] = {}
+    for title, shown in re.findall(r'<label>([^<]*):</label>\s*<div class="readonly">(.*?)</div>',
+                                   page, re.S):  # fmt: skip
+        assert title not in rows, f"two rows titled {title!r}"
+        shown = re.sub(r'<img [^>]*alt="([^"]*)"[^>]*>', r"\1", shown)
+        rows[title] = html.unescape(re.sub(r"<[^>]+>", "", shown)).strip()
+    return rows
+
+
+def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_client):
+    # Issue 29: "Lease holder #token" listed the jobs after it, and that row was missing.
+    make_job("first")
+    tests = Actor.code("tests")
+    middle = services.create_job(
+        services.JobDefinition(name="middle", task=TASK, schedule=Every(60), after=["first"]),
+        actor=tests,
+    )
+    for name in ("later", "last"):
+        services.create_job(
+            services.JobDefinition(name=name, task=TASK, schedule=Every(60), after=["middle"]),
+            actor=tests,
+        )
+    lease.acquire(middle.lock_key, "worker@h:1:run-7", ttl=60)
+    Job.objects.filter(pk=middle.pk).update(description="Reconciles the ledger.")
+
+    page = admin_client.get(change_url(middle)).content.decode()
+
+    # What each title promises, read back from the database.
+    stored = Job.objects.select_related("periodic_task__interval").get(pk=middle.pk)
+    held = Lease.objects.get(key=stored.lock_key)
+    downstreams = Job.objects.filter(upstreams=stored).order_by("name")
+    upstreams = Job.objects.filter(downstreams=stored).order_by("name")
+    assert not Incident.objects.filter(job=stored, resolved_at__isnull=True).exists()
+    rows = _readonly_rows(page)
+    assert re.fullmatch(INSTANT, rows.pop("Next slot"))
+    assert rows == {
+        "Lease holder #token": f"{held.holder} #{held.token}",
+        "Schedule": serializers.schedule_words(stored),
+        "Jobs after it": ", ".join(job_.name for job_ in downstreams),
+        "Open incidents": "none",
+        "Alerts muted until": "-",
+        "Managed by code": str(stored.managed_by_code),
+        "Adopted": str(stored.adopted),
+        "Description": stored.description,
+        "Created at": timestamps.display(stored.created_at),
+        "Updated at": timestamps.display(stored.updated_at),
+        "Audit trail": "every entry of this job",
+    }
+    after = re.search(r'<select name="after".*?</select>', page, re.S).group(0)
+    assert re.findall(r'<option value="([^"]*)" selected>', after) == [
+        job_.name for job_ in upstreams
+    ]
