@@ -386,7 +386,9 @@ def add_blackout(
 
 @transaction.atomic
 def remove_blackout(name: str, *, actor: Actor) -> None:
-    window = Blackout.objects.select_related("job").filter(name=name).first()
+    window = None
+    if "\x00" not in name:  # PostgreSQL text cannot hold NUL, so no window is named so
+        window = Blackout.objects.select_related("job").filter(name=name).first()
     if window is None:
         raise BlackoutNotFound(f"no blackout window named {name!r}")
     before = blackout_values(window)

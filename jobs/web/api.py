@@ -633,7 +633,9 @@ def _page(
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     # Read here, not by a path converter, so that "/api/runs/abc" is a JSON 404 as well.
     run = None
-    if run_id.isascii() and run_id.isdigit() and int(run_id) <= MAX_BIGINT:
+    # Its length first: int() raises on a string of more than 4,300 digits.
+    digits = len(run_id) <= len(str(MAX_BIGINT)) and run_id.isascii() and run_id.isdigit()
+    if digits and int(run_id) <= MAX_BIGINT:
         run = JobRun.objects.select_related("job").filter(pk=int(run_id)).first()
     if run is None:
         raise ApiError(404, f"no run with id {run_id!r}")

@@ -521,6 +521,24 @@ def test_unknown_api_paths_are_json_404(api: Client) -> None:
         assert response["Content-Type"] == "application/json"
 
 
+def test_a_nul_or_a_huge_number_in_a_path_is_a_json_404(api: Client) -> None:
+    # Issue 29: DELETE /api/blackouts/a%00b was a 500 (PostgreSQL text cannot hold NUL).
+    # tests/integration/test_api_fuzz.py fuzzes every route's path parameters.
+    for method, path in [
+        ("DELETE", "/api/blackouts/a%00b"),
+        ("DELETE", "/api/blackouts/%00"),
+        ("GET", "/api/runs/" + "9" * 5000),
+    ]:
+        response = api.generic(method, path)
+        assert response.status_code == 404, path
+        assert response["Content-Type"] == "application/json"
+    # The CLI's removals of the same names: no such window or token (exit status 1).
+    for command in (("jobs", "blackout", "remove", "a\x00b"), ("apitoken", "revoke", "\x00")):
+        with pytest.raises(CommandError, match=r"no (blackout window|token) named") as info:
+            call_command(*command, stdout=io.StringIO(), stderr=io.StringIO())
+        assert info.value.returncode == 1
+
+
 def test_the_apitoken_command_prints_the_secret_once() -> None:
     out = io.StringIO()
     call_command("apitoken", "create", "ci", stdout=out)
