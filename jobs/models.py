@@ -20,6 +20,7 @@ from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
 from jobs import timestamps
+from jobs.names import no_control_characters
 from jobs.schedule import calendars
 
 
@@ -112,12 +113,8 @@ NO_SLASH_IN_NAME = RegexValidator(
 )
 
 # A job's name is printed in one-line answers (CLI), log lines and alerts: a line break or another
-# control character in it would split or garble them.
-NO_CONTROL_CHARACTER_IN_NAME = RegexValidator(
-    "^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*\\Z",
-    "A job name cannot contain a line break or another control character.",
-    code="control_character_in_name",
-)
+# control character in it would split or garble them (jobs.names).
+NO_CONTROL_CHARACTER_IN_NAME = no_control_characters("A job name")
 
 
 # The reasons a job may be alerted for (the cluster's own, no_beat and no_node, are not a job's).
@@ -223,7 +220,12 @@ class Job(models.Model):
         help_text="Seconds the lease stays held after the run starts even if it ends sooner, "
         "so a fast job cannot run twice for one slot on nodes with skewed clocks.",
     )
-    queue = models.CharField(max_length=100, default="default", help_text="Celery queue.")
+    queue = models.CharField(
+        max_length=100,
+        default="default",
+        validators=[no_control_characters("A queue name")],
+        help_text="Celery queue.",
+    )
     priority = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
@@ -322,10 +324,18 @@ class Job(models.Model):
     )
     description = models.TextField(blank=True, default="", help_text="What this job is for.")
     exchange = models.CharField(
-        max_length=200, blank=True, default="", help_text="Celery exchange (blank: the queue's)."
+        max_length=200,
+        blank=True,
+        default="",
+        validators=[no_control_characters("An exchange name")],
+        help_text="Celery exchange (blank: the queue's).",
     )
     routing_key = models.CharField(
-        max_length=200, blank=True, default="", help_text="Celery routing key (blank: the queue's)."
+        max_length=200,
+        blank=True,
+        default="",
+        validators=[no_control_characters("A routing key")],
+        help_text="Celery routing key (blank: the queue's).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -641,7 +651,12 @@ class ApiToken(models.Model):
     hash is enough: there is nothing to brute-force.
     """
 
-    name = models.CharField(max_length=100, unique=True, help_text="Who or what uses it.")
+    name = models.CharField(
+        max_length=100,
+        unique=True,
+        validators=[no_control_characters("A token name")],
+        help_text="Who or what uses it.",
+    )
     prefix = models.CharField(
         max_length=16, editable=False, help_text="The token's first characters, to recognise it."
     )
@@ -756,7 +771,7 @@ class Blackout(models.Model):
     name = models.CharField(
         max_length=100,
         unique=True,
-        validators=[NO_SLASH_IN_NAME],
+        validators=[NO_SLASH_IN_NAME, no_control_characters("A blackout window's name")],
         help_text="Shown on every slot it skips, e.g. release-freeze.",
     )
     job = models.ForeignKey(

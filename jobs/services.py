@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import models, transaction
 from django_celery_beat.models import PeriodicTask
 
 from jobs import audit, backfill, dependencies, jsonvalues, registry
@@ -98,12 +98,12 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
         raise ValidationError(errors)
 
 
-def _nul_errors(job: Job) -> dict[str, list[str]]:
+def _nul_errors(row: models.Model) -> dict[str, list[str]]:
     """The text fields holding a NUL character, which PostgreSQL text cannot store."""
     return {
         field.name: ["Null characters are not allowed."]
-        for field in job._meta.concrete_fields
-        if isinstance(value := getattr(job, field.attname), str) and "\x00" in value
+        for field in row._meta.concrete_fields
+        if isinstance(value := getattr(row, field.attname), str) and "\x00" in value
     }
 
 
@@ -372,6 +372,9 @@ def add_blackout(
     window = Blackout(
         name=name, job=job, starts_at=starts_at, ends_at=ends_at, description=description
     )
+    errors = _nul_errors(window)
+    if errors:  # the description's; the name's validator refuses it too
+        raise ValidationError(errors)
     window.full_clean()
     window.save()
     audit.record(

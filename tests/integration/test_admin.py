@@ -28,6 +28,7 @@ from jobs.audit import Actor
 from jobs.guard import lease
 from jobs.models import (
     AuditEntry,
+    Blackout,
     Incident,
     Job,
     JobKind,
@@ -221,6 +222,15 @@ BAD_INPUTS = [
         {"schedule_type": "one_off", "run_at_0": "0001-01-01", "run_at_1": "00:00"},
         None,
         id="instant-year-1-is-fine-in-utc",
+    ),
+    # Names that are printed or routed hold no control character (issue 29).
+    pytest.param({"queue": "re\nports"}, "queue", id="queue-line-break"),
+    pytest.param({"queue": "re\u2028ports"}, "queue", id="queue-line-separator"),
+    pytest.param({"name": "a\u2029b"}, "name", id="name-paragraph-separator"),
+    pytest.param(
+        {"task": "tests.by_city", "kwargs": '{"log": "-", "city": "a\\nb"}'},
+        "kwargs",
+        id="lock-key-line-break",
     ),
 ]
 
@@ -808,3 +818,24 @@ def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_cli
     assert re.findall(r'<option value="([^"]*)" selected>', after) == [
         job_.name for job_ in upstreams
     ]
+
+
+@pytest.mark.parametrize("name", ["a\nb", "a\u2028b", "\x1b[2J"])
+def test_a_blackout_name_with_a_control_character_is_an_error_on_name(admin_client, name):
+    url = reverse("admin:jobs_blackout_add")
+    window = {
+        "starts_at_0": "2030-01-01", "starts_at_1": "00:00:00",
+        "ends_at_0": "2030-01-02", "ends_at_1": "00:00:00",
+    }  # fmt: skip
+
+    refused = admin_client.post(url, {**window, "name": name})
+    saved = admin_client.post(url, {**window, "name": "freeze"})
+
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors == {
+        "name": [
+            "A blackout window's name cannot contain a line break or another control character."
+        ]
+    }
+    assert saved.status_code == 302
+    assert list(Blackout.objects.values_list("name", flat=True)) == ["freeze"]

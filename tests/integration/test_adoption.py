@@ -117,6 +117,11 @@ def test_an_entry_without_a_queue_keeps_its_tasks_routing() -> None:
         pytest.param({"expires": timezone.now()}, "absolute 'expires'", id="expires"),
         pytest.param({"one_off": True}, "one_off with an interval", id="one-off-interval"),
         pytest.param({"priority": 200}, "priority: Ensure this value is less than", id="priority"),
+        pytest.param({"queue": "a\nb"}, "queue: A queue name cannot contain", id="queue"),
+        pytest.param({"exchange": "a\rb"}, "exchange: An exchange name cannot", id="exchange"),
+        pytest.param(
+            {"routing_key": "a\u2028b"}, "routing_key: A routing key cannot", id="routing-key"
+        ),
     ],
 )
 def test_an_entry_that_cannot_be_adopted_is_reported_with_its_reason(

@@ -23,7 +23,7 @@ from django.utils import timezone
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
 from jobs.guard.runner import execute_run
-from jobs.models import ApiToken, Job, JobRun, RunStatus, Trigger
+from jobs.models import ApiToken, Blackout, Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.web import tokens
 
@@ -418,6 +418,8 @@ def test_patch_enabled_alone_is_a_pause_not_an_edit(
         ('{"max_retries": 101}', ["max_retries"]),
         ('{"priority": 10}', ["priority"]),
         ('{"queue": "' + "q" * 101 + '"}', ["queue"]),
+        ('{"queue": "re\\nports"}', ["queue"]),
+        ('{"queue": "re\\u2028ports"}', ["queue"]),
         ('{"soft_time_limit": 60, "time_limit": 30}', ["body"]),
         ("[" * 100_000 + "]" * 100_000, ["body"]),
         ('{"enabled": ' + "[" * 100_000 + "]" * 100_000 + "}", ["body"]),
@@ -437,6 +439,30 @@ def test_bad_patch_bodies_are_400_with_field_errors(
     assert response.status_code == 400
     assert sorted(response.json()["fields"]) == sorted(fields)
     assert Job.objects.get(name="report").updated_at == before
+
+
+def test_a_name_with_a_control_character_is_a_400_naming_the_field(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    # Issue 29: PATCH {"queue": "a\nb"} was accepted; its runs were never consumed.
+    make_job("report")
+    window = {"starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-02T00:00:00Z"}
+
+    queue = api.patch("/api/jobs/report", {"queue": "a\nb"}, content_type="application/json")
+    blackout = api.post(
+        "/api/blackouts", {**window, "name": "a\nb"}, content_type="application/json"
+    )
+
+    assert queue.status_code == blackout.status_code == 400
+    assert queue.json()["fields"] == {
+        "queue": ["A queue name cannot contain a line break or another control character."]
+    }
+    assert blackout.json()["fields"] == {
+        "name": ["A blackout window's name cannot contain a line break or another control "
+                 "character."]
+    }  # fmt: skip
+    assert Job.objects.get(name="report").queue == "default"
+    assert not Blackout.objects.exists()
 
 
 # --- runs ---------------------------------------------------------------------------------------

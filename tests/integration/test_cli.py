@@ -23,7 +23,7 @@ from pytest_django import DjangoCaptureOnCommitCallbacks
 from jobs import dispatch, job
 from jobs.context import JobContext
 from jobs.guard import lease
-from jobs.models import Job, JobRun, Node, RunStatus, Trigger
+from jobs.models import ApiToken, Blackout, Job, JobRun, Node, RunStatus, Trigger
 
 MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
 
@@ -411,6 +411,25 @@ BAD_ADD_INPUT = [
         "jobs add: error: --queue: Null characters are not allowed.",
         id="queue-nul",
     ),
+    # Names that are printed or routed hold no control character (issue 29: a queue "a\nb" split
+    # `jobs list` and its runs were never consumed).
+    pytest.param(
+        ["--every", "10s", "--queue", "re\nports"],
+        "jobs add: error: --queue: A queue name cannot contain a line break or another control "
+        "character.",
+        id="queue-line-break",
+    ),
+    pytest.param(
+        ["--every", "10s", "--queue", "re\u2028ports"],
+        "jobs add: error: --queue: A queue name cannot contain a line break",
+        id="queue-line-separator",
+    ),
+    pytest.param(
+        ["--every", "1m", "--task", "tests.by_city", "--kwargs", '{"log": "-", "city": "a\\nb"}'],
+        "jobs add: error: --kwargs: The lock key of tests.by_city contains a line break or another "
+        "control character with these arguments.",
+        id="lock-key-line-break",
+    ),
     pytest.param(
         ["--every", "10s", "--colour", "red"],
         "jobs add: error: unrecognized arguments: --colour red",
@@ -429,6 +448,27 @@ def test_bad_add_input_is_one_line_naming_the_flag_with_status_2(
     assert "\n" not in str(error)
     assert error.returncode == 2
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["a\nb", "a\rb", "a\u2028b", "a\u2029b", "\x1b[31mred", "a\x85b"])
+def test_a_window_or_token_name_with_a_control_character_is_refused_naming_it(name: str) -> None:
+    window = jobs_error(
+        "blackout", "add", name, "--from", "2030-01-01T00:00Z", "--until", "2030-01-02T00:00Z"
+    )
+    with pytest.raises(CommandError) as token:
+        call_command("apitoken", "create", name, stdout=io.StringIO())
+
+    assert str(window) == (
+        "jobs blackout add: error: NAME: A blackout window's name cannot contain a line break or "
+        "another control character."
+    )
+    assert (window.returncode, token.value.returncode) == (2, 2)
+    assert str(token.value) == (
+        "apitoken create: NAME: A token name cannot contain a line break or another control "
+        "character."
+    )
+    assert not Blackout.objects.exists() and not ApiToken.objects.exists()
 
 
 @pytest.mark.django_db

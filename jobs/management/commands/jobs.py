@@ -476,7 +476,10 @@ class Command(BaseCommand):
                 description=options["description"],
             )
         except ValidationError as exc:
-            flags = {"name": "NAME", "starts_at": "--from", "ends_at": "--until"}
+            flags = {
+                "name": "NAME", "job": "--job", "starts_at": "--from", "ends_at": "--until",
+                "description": "--description",
+            }  # fmt: skip
             raise cli.CliError("blackout add", cli.validation_detail(exc, flags)) from None
         scope = window.job.name if window.job else "every job"
         self.stdout.write(
