@@ -368,7 +368,11 @@ def add_blackout(
 ) -> Blackout:
     """A blackout window over one job (``job_name``) or every job; ``ValidationError`` naming
     the field when it cannot be one."""
-    job = None if job_name is None else get_job(job_name)
+    try:
+        job = None if job_name is None else get_job(job_name)
+    except JobNotFound as exc:
+        # A bad value of the window's job field (400, exit status 2), not a missing resource.
+        raise ValidationError({"job": [str(exc)]}) from None
     window = Blackout(
         name=name, job=job, starts_at=starts_at, ends_at=ends_at, description=description
     )

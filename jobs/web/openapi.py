@@ -592,7 +592,6 @@ def schema() -> dict[str, Any]:
                     "responses": {
                         "201": _json("The window added.", _ref("Blackout")),
                         **_BAD,
-                        **_NOT_FOUND,
                         **_ERRORS,
                     },
                 },
