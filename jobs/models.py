@@ -135,6 +135,10 @@ def validate_alert_reasons(value: object) -> None:
 
 # The most runs of one job (per lock key) at once: each is a lease row that a claim may try.
 MAX_CONCURRENCY = 100
+# The longest lease ttl, a day. A live holder renews its lease every ttl/3 however long it runs,
+# so a longer ttl buys nothing; it only lengthens how long a holder that died keeps the job
+# locked (a lease of 68 years would be a lock nobody can take back but by hand).
+MAX_LEASE_TTL = 86_400
 
 
 class Job(models.Model):
@@ -212,7 +216,7 @@ class Job(models.Model):
     )
     lease_ttl = models.PositiveIntegerField(
         default=30,
-        validators=[MinValueValidator(3)],
+        validators=[MinValueValidator(3), MaxValueValidator(MAX_LEASE_TTL)],
         help_text="Seconds a lease stays valid without renewal; renewed every ttl/3.",
     )
     min_hold = models.PositiveIntegerField(

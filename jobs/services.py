@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -35,7 +35,7 @@ from jobs.models import (
     Trigger,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import Definition, Schedule, Triggered
+from jobs.schedule.kinds import At, Definition, Schedule, Triggered
 from jobs.upkeep import retention
 
 
@@ -161,6 +161,7 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
         **definition.policies,
     )
     validate_job(job)
+    _check_one_off(definition.schedule, job.start_deadline)
     upstreams = dependencies.check_upstreams(job, definition.after)
     job.save()
     job.upstreams.set(upstreams)
@@ -169,6 +170,27 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
         job.save(update_fields=["periodic_task"])
     audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
     return job
+
+
+def _check_one_off(
+    schedule: Definition | None, start_deadline: int, kept: datetime | None = None
+) -> None:
+    """Refuse a one-off time past its start deadline already: its run could only be recorded
+    missed, and for a reason that would not be true (that the beats fell behind). Within the
+    deadline it still runs (a time typed as "now" is seconds old when it arrives). A time the
+    job already had (``kept``, its stored one, however old) is no new request."""
+    if not isinstance(schedule, At) or schedule.when == kept:
+        return
+    if schedule.when < database_now() - timedelta(seconds=start_deadline):
+        raise ValidationError(
+            {
+                "run_at": [
+                    f"{schedule.when.astimezone(UTC).isoformat()} is past, by more than the "
+                    f"start deadline ({start_deadline} s): its run could only be recorded "
+                    "missed. Give a later time, or run the job now."
+                ]
+            }
+        )
 
 
 def definition_of(job: Job) -> Definition | None:
@@ -205,12 +227,14 @@ def save_job(
     """Save an edited job (admin form, API) with its schedule (and upstreams, given ``after``);
     beats pick the change up."""
     before = audit.job_state(_locked(job))
+    clocked = None if job.periodic_task is None else job.periodic_task.clocked
     job.kind = kind_of(schedule)
     scheduled = isinstance(schedule, Schedule)
     old_task = None if scheduled else job.periodic_task
     if not scheduled:
         job.periodic_task = None  # before validating: only a periodic job has a beat entry
     validate_job(job)
+    _check_one_off(schedule, job.start_deadline, None if clocked is None else clocked.clocked_time)
     upstreams = None if after is None else dependencies.check_upstreams(job, after)
     job.save()
     if upstreams is not None:

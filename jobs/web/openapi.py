@@ -14,6 +14,7 @@ from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.models import (
     JOB_ALERT_REASONS,
     MAX_CONCURRENCY,
+    MAX_LEASE_TTL,
     AlertChannels,
     AuditAction,
     AuditSource,
@@ -134,7 +135,7 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "retry_backoff": {"type": "integer", "minimum": 1, "maximum": _INT32_MAX},
     "soft_time_limit": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
     "time_limit": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
-    "lease_ttl": {"type": "integer", "minimum": 3, "maximum": _INT32_MAX},
+    "lease_ttl": {"type": "integer", "minimum": 3, "maximum": MAX_LEASE_TTL},
     "queue": {"type": "string", "minLength": 1, "maxLength": 100},
     "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9}),
     "max_concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY},

@@ -218,11 +218,29 @@ BAD_INPUTS = [
         "kwargs",
         id="lock-key-too-long",
     ),
+    # Year 1 is fine in UTC (no overflow), but long past: a one-off time past its start deadline
+    # is refused (its run could only be recorded missed).
     pytest.param(
         {"schedule_type": "one_off", "run_at_0": "0001-01-01", "run_at_1": "00:00"},
-        None,
-        id="instant-year-1-is-fine-in-utc",
+        "run_at",
+        id="instant-year-1-is-past",
     ),
+    pytest.param(
+        {"schedule_type": "one_off", "run_at_0": "1900-01-01", "run_at_1": "00:00"},
+        "run_at",
+        id="instant-in-the-past",
+    ),
+    pytest.param(
+        {"schedule_type": "cron", "cron": "0 * * * *", "timezone": "localtime"},
+        "timezone",
+        id="time-zone-localtime",
+    ),
+    pytest.param(
+        {"schedule_type": "cron", "cron": "0 * * * *", "timezone": "posixrules"},
+        "timezone",
+        id="time-zone-posixrules",
+    ),
+    pytest.param({"lease_ttl": "86401"}, "lease_ttl", id="lease-ttl-over-a-day"),
     # Names that are printed or routed hold no control character (issue 29).
     pytest.param({"queue": "re\nports"}, "queue", id="queue-line-break"),
     pytest.param({"queue": "re\u2028ports"}, "queue", id="queue-line-separator"),

@@ -19,12 +19,13 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 from django.test import Client
 from django.utils import timezone
+from django_celery_beat.models import ClockedSchedule
 
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
 from jobs.guard.runner import execute_run
 from jobs.models import ApiToken, Blackout, Job, JobRun, RunStatus, Trigger
-from jobs.schedule.kinds import Every
+from jobs.schedule.kinds import At, Every
 from jobs.web import tokens
 
 pytestmark = pytest.mark.django_db
@@ -391,6 +392,23 @@ def test_patch_policies_makes_the_job_the_operators(
     assert job.periodic_task is not None  # the schedule is untouched
 
 
+def test_a_one_off_job_whose_time_passed_can_still_be_edited(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    # A one-off time past its start deadline is refused when it is given, not when it is kept.
+    job = make_job("once", schedule=At(timezone.now() + timedelta(hours=1)))
+    long_ago = timezone.now() - timedelta(days=1)
+    ClockedSchedule.objects.filter(periodictask__job=job).update(clocked_time=long_ago)
+
+    response = api.patch("/api/jobs/once", {"max_retries": 2}, content_type="application/json")
+
+    assert response.status_code == 200, response.json()
+    stored = Job.objects.select_related("periodic_task__clocked").get(name="once")
+    assert stored.max_retries == 2
+    assert stored.periodic_task is not None and stored.periodic_task.clocked is not None
+    assert stored.periodic_task.clocked.clocked_time == long_ago
+
+
 def test_patch_enabled_alone_is_a_pause_not_an_edit(
     api: Client, make_job: Callable[..., Job]
 ) -> None:
@@ -418,6 +436,7 @@ def test_patch_enabled_alone_is_a_pause_not_an_edit(
         ('{"max_retries": 101}', ["max_retries"]),
         ('{"priority": 10}', ["priority"]),
         ('{"queue": "' + "q" * 101 + '"}', ["queue"]),
+        ('{"lease_ttl": 2147483647}', ["lease_ttl"]),
         ('{"queue": "re\\nports"}', ["queue"]),
         ('{"queue": "re\\u2028ports"}', ["queue"]),
         ('{"soft_time_limit": 60, "time_limit": 30}', ["body"]),

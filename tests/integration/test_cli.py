@@ -171,6 +171,15 @@ def test_add_at_creates_a_one_off_clocked_entry() -> None:
 
 
 @pytest.mark.django_db
+def test_a_one_off_time_a_moment_past_is_within_its_start_deadline() -> None:
+    # Only a time past the start deadline is refused: this one still runs, late.
+    when = timezone.now().replace(microsecond=0) - timedelta(seconds=30)
+    job = add("just-now", "--at", when.isoformat())
+    assert job.periodic_task is not None and job.periodic_task.clocked is not None
+    assert job.periodic_task.clocked.clocked_time == when
+
+
+@pytest.mark.django_db
 def test_add_continuous_has_no_beat_entry() -> None:
     job = add("poller", "--continuous")
     assert job.kind == "continuous"
@@ -373,6 +382,34 @@ BAD_ADD_INPUT = [
         ["--at", "0001-01-01T00:00:00+14:00"],
         "jobs add: error: --at: 0001-01-01T00:00:00+14:00 is out of range in UTC",
         id="at-out-of-range",
+    ),
+    # Bounded to what makes sense (issue 29): each was accepted.
+    pytest.param(
+        ["--at", "1900-01-01T00:00Z"],
+        "jobs add: error: --at: 1900-01-01T00:00:00+00:00 is past, by more than the start "
+        "deadline (300 s): its run could only be recorded missed. Give a later time, or run the "
+        "job now.",
+        id="at-in-the-past",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "localtime"],
+        "jobs add: error: --tz: 'localtime' is not a known time zone",
+        id="tz-localtime",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "posixrules"],
+        "jobs add: error: --tz: 'posixrules' is not a known time zone",
+        id="tz-posixrules",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "posix/Europe/Paris"],
+        "jobs add: error: --tz: 'posix/Europe/Paris' is not a known time zone",
+        id="tz-posix-folder",
+    ),
+    pytest.param(
+        ["--every", "10s", "--lease-ttl", "2d"],
+        "jobs add: error: --lease-ttl: Ensure this value is less than or equal to 86400.",
+        id="lease-ttl-over-a-day",
     ),
     pytest.param(
         ["--every", "10s", "--kwargs", '{"city": "\\u0000"}'],

@@ -48,10 +48,14 @@ SCHEDULES = {
         "0001-01-01",
         "tomorrow",
         "2030-02-30T00:00Z",
+        "1900-01-01T00:00Z",
     ],
 }
 OPTIONS = {
-    "--tz": ["Europe/Paris", "America", "Etc", "Europe/Paris\x00", "../x", "Z" * 5000, ""],
+    "--tz": [
+        *("Europe/Paris", "America", "Etc", "Europe/Paris\x00", "../x", "Z" * 5000, ""),
+        *("localtime", "posixrules", "posix/Europe/Paris", "right/UTC"),
+    ],
     "--args": ["[]", "[1]", "{}", "[", "[" * 5000 + "]" * 5000, "[" + "9" * 5000 + "]"],
     "--kwargs": [
         '{"log": "-"}',
@@ -73,7 +77,7 @@ OPTIONS = {
     "--retry-backoff": ["10s", "0s", "2147483648"],
     "--soft-time-limit": ["30s", "1h", "0"],
     "--time-limit": ["60s", "10s", "-1s"],
-    "--lease-ttl": ["30s", "1s", "2147483648"],
+    "--lease-ttl": ["30s", "1s", "1d", "2d", "2147483648"],
     "--min-hold": ["0", "1m", "1w"],
     "--queue": ["default", "", "q" * 101, *CONTROL],
     "--holiday-calendar": ["US", "DE-BY", "XX", *CONTROL],
