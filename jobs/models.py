@@ -473,6 +473,15 @@ class JobRun(models.Model):
         db_default="",
         help_text="The Idempotency-Key an API trigger carried: the same key never makes two runs.",
     )
+    # What the request with that key asked (jobs.dispatch.request_digest): the same key with
+    # another request is refused rather than answered with this run. "" for every other run, and
+    # for API triggers made before it was kept.
+    request_digest = models.CharField(
+        max_length=64,
+        blank=True,
+        db_default="",
+        help_text="SHA-256 of the request an API trigger made (its kwargs).",
+    )
     # A call's own arguments (jobs.calls, and its retries); NULL: the job's, as every other run.
     args = models.JSONField(
         null=True, blank=True, help_text="The arguments of this call (empty: the job's)."

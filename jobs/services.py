@@ -19,7 +19,7 @@ from jobs import audit, backfill, dependencies, jsonvalues, registry
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.database_clock import database_now
-from jobs.dispatch import trigger_now, trigger_once
+from jobs.dispatch import request_digest, trigger_now, trigger_once
 from jobs.exceptions import BadLockKey, BlackoutNotFound, JobNotFound
 from jobs.guard import lease
 from jobs.guard.runner import lock_key_for
@@ -345,9 +345,14 @@ def run_once(
     kwargs: dict[str, Any] | None = None,
 ) -> tuple[JobRun, bool]:
     """``run_now`` at most once per ``idempotency_key``: the flag says whether a run was made.
-    A replayed key makes nothing, so it records nothing."""
+    A replayed key makes nothing, so it records nothing; the same key with other ``kwargs``
+    raises ``IdempotencyKeyReused``."""
     job = get_job(name)
-    run, created = trigger_once(job, idempotency_key, trigger, kwargs=run_kwargs(job, kwargs))
+    # The request as given, not as merged with the job's: an edit of the job between a request
+    # and its retry does not make the retry another request.
+    digest = request_digest({"kwargs": kwargs})
+    merged = run_kwargs(job, kwargs)
+    run, created = trigger_once(job, idempotency_key, trigger, kwargs=merged, digest=digest)
     if created:
         audit.record(actor, AuditAction.RUN_NOW, job=job, after=_run_values(run))
     return run, created

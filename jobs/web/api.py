@@ -9,7 +9,8 @@ in the audit trail under the token's name (``token:NAME``) or the user's (``user
 
 Errors are JSON, ``{"error": "...", "fields": {"name": ["..."]}}``: 400 for a bad parameter,
 header or body (each problem under the name of what was wrong), 401/403 for credentials, 404
-for an unknown job or run, 405 for a wrong method, 503 when the database is unreachable.
+for an unknown job or run, 405 for a wrong method, 422 for an Idempotency-Key reused with
+another request, 503 when the database is unreachable.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from jobs import backfill, jsonvalues, services
 from jobs.audit import Actor
-from jobs.exceptions import NotFound, NotTriggerable, TokenRefused
+from jobs.exceptions import IdempotencyKeyReused, NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_ALERT_REASONS,
     JOB_DISPLAY_RELATED,
@@ -541,6 +542,9 @@ def job_runs(request: HttpRequest, name: str) -> HttpResponse:
             )
         except ValidationError as exc:
             raise invalid(_field_errors(exc)) from None
+        except IdempotencyKeyReused as exc:
+            # 422, as the IETF's Idempotency-Key draft and Stripe answer a key reused so.
+            raise ApiError(422, str(exc), {"Idempotency-Key": [str(exc)]}) from None
         run = JobRun.objects.select_related("job").get(pk=run.pk)
         response = JsonResponse(serializers.run_record(run), status=201 if created else 200)
         response["Location"] = f"/api/runs/{run.pk}"

@@ -475,9 +475,9 @@ def schema() -> dict[str, Any]:
                     "summary": "Trigger a run now, at most once per Idempotency-Key.",
                     "description": "The same key for the same job returns the first run "
                     "(200, Idempotent-Replayed: true) instead of making a second; keys are "
-                    "remembered as long as the run is kept (see retention). An optional body "
-                    "gives this run keyword arguments over the job's own, checked against the "
-                    "function's signature.",
+                    "remembered as long as the run is kept (see retention). The same key with "
+                    "another body is refused (422). An optional body gives this run keyword "
+                    "arguments over the job's own, checked against the function's signature.",
                     "requestBody": {
                         "required": False,
                         "content": {
@@ -510,6 +510,7 @@ def schema() -> dict[str, Any]:
                         **_BAD,
                         **_NOT_FOUND,
                         "409": _error("A continuous job: it runs all the time, not per trigger."),
+                        "422": _error("The key was already used with another body."),
                         **_ERRORS,
                     },
                 },

@@ -24,7 +24,16 @@ from django_celery_beat.models import ClockedSchedule
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
 from jobs.guard.runner import execute_run
-from jobs.models import ApiToken, Blackout, Job, JobRun, RunStatus, Trigger
+from jobs.models import (
+    ApiToken,
+    AuditAction,
+    AuditEntry,
+    Blackout,
+    Job,
+    JobRun,
+    RunStatus,
+    Trigger,
+)
 from jobs.schedule.kinds import At, Every
 from jobs.web import tokens
 
@@ -307,6 +316,41 @@ def test_a_trigger_body_gives_the_run_its_own_kwargs(
         assert refused.status_code == 400, body
         assert list(refused.json()["fields"]) == [field], body
     assert JobRun.objects.count() == 1, "a refused trigger records nothing"
+
+
+def test_the_same_key_with_another_body_is_a_422_naming_the_key(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    make_job("report", task="tests.record", kwargs={"log": "/dev/null"})
+
+    def post(body: str | None, key: str = "order-42") -> Any:
+        if body is None:
+            return api.post("/api/jobs/report/runs", headers={"idempotency-key": key})
+        return api.post(
+            "/api/jobs/report/runs",
+            data=body,
+            content_type="application/json",
+            headers={"idempotency-key": key},
+        )
+
+    first = post('{"kwargs": {"log": "/dev/null", "seconds": 0.01}}')
+    # The same request, its keys in another order and spaced otherwise: replayed.
+    same = post('{"kwargs":{"seconds":0.01,"log":"/dev/null"}}')
+    other = post('{"kwargs": {"log": "/dev/null", "seconds": 0.02}}')
+    bare = post(None)
+
+    assert (first.status_code, same.status_code) == (201, 200)
+    assert same.json()["id"] == first.json()["id"] and same["Idempotent-Replayed"] == "true"
+    for refused in (other, bare):
+        assert refused.status_code == 422
+        error = refused.json()
+        assert list(error["fields"]) == ["Idempotency-Key"]
+        assert "Idempotency-Key 'order-42' was already used" in error["error"]
+    (run,) = JobRun.objects.filter(job__name="report")
+    assert run.kwargs == {"log": "/dev/null", "seconds": 0.01}
+    assert AuditEntry.objects.filter(action=AuditAction.RUN_NOW).count() == 1
+    # Another key is another request.
+    assert post(None, "order-43").status_code == 201
 
 
 def test_the_database_refuses_a_second_run_with_one_key(make_job: Callable[..., Job]) -> None:
