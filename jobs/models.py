@@ -230,6 +230,9 @@ class Job(models.Model):
         validators=[no_control_characters("A queue name")],
         help_text="Celery queue.",
     )
+    # 0-9, 9 first, whichever the broker: the range both honour alike (Celery's Redis transport
+    # has 10 priority steps, lowest first; RabbitMQ takes 0-255, highest first, up to a queue's
+    # x-max-priority): jobs.dispatch.wire_priority maps it for each.
     priority = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
@@ -370,6 +373,14 @@ class Job(models.Model):
         return self.name
 
     def clean(self) -> None:
+        # The check constraint soft_time_limit_below_hard holds it in the database too, but its
+        # message names only itself; this one names the field.
+        soft, hard = self.soft_time_limit, self.time_limit
+        if soft is not None and hard is not None and soft >= hard:
+            raise ValidationError(
+                {"soft_time_limit": f"Must be below the time limit ({hard} s): the job is asked "
+                 "to finish before it is killed."}
+            )  # fmt: skip
         # ShedLock's rule: holding "at least" longer than "at most" would be self-contradictory.
         if self.min_hold > self.lease_ttl:
             raise ValidationError(

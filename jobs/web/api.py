@@ -54,7 +54,7 @@ from jobs.models import (
     Trigger,
 )
 from jobs.web import serializers, tokens
-from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, schema
+from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, job_field_range, schema
 
 log = logging.getLogger(__name__)
 
@@ -410,17 +410,22 @@ def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be true or false"
 
 
-def _whole(low: int, nullable: bool = False) -> Callable[[Any], str | None]:
+def _whole(low: int, high: int = 2**31 - 1, nullable: bool = False) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if value is None and nullable:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             return "must be a whole number" + (" or null" if nullable else "")
-        if not low <= value <= 2**31 - 1:
-            return f"must be between {low} and {2**31 - 1}"
+        if not low <= value <= high:
+            return f"must be between {low} and {high}"
         return None
 
     return check
+
+
+def _job_whole(name: str, nullable: bool = False) -> Callable[[Any], str | None]:
+    """A whole number in the range of the ``Job`` field ``name`` (its model validators)."""
+    return _whole(*job_field_range(name), nullable=nullable)
 
 
 def _one_of(choices: Iterable[str]) -> Callable[[Any], str | None]:
@@ -484,23 +489,24 @@ def _reasons(value: Any) -> str | None:
     return None
 
 
-# What PATCH /api/jobs/{name} accepts, each with its type check; ranges are the model's.
+# What PATCH /api/jobs/{name} accepts, each with its type check; ranges are the model's (the
+# numbers' are read from it, so a message says the range the model holds).
 PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "enabled": _boolean,
     "overlap": _one_of(Overlap.values),
-    "start_deadline": _whole(1),
+    "start_deadline": _job_whole("start_deadline"),
     "catch_up": _one_of(CatchUp.values),
     "on_lost": _one_of(OnLost.values),
-    "max_retries": _whole(0),
-    "retry_backoff": _whole(1),
-    "soft_time_limit": _whole(1, nullable=True),
-    "time_limit": _whole(1, nullable=True),
-    "lease_ttl": _whole(3),
+    "max_retries": _job_whole("max_retries"),
+    "retry_backoff": _job_whole("retry_backoff"),
+    "soft_time_limit": _job_whole("soft_time_limit", nullable=True),
+    "time_limit": _job_whole("time_limit", nullable=True),
+    "lease_ttl": _job_whole("lease_ttl"),
     "queue": _queue,
-    "priority": _whole(0, nullable=True),
-    "max_concurrency": _whole(1),
-    "rate_limit_runs": _whole(1, nullable=True),
-    "rate_limit_period": _whole(1, nullable=True),
+    "priority": _job_whole("priority", nullable=True),
+    "max_concurrency": _job_whole("max_concurrency"),
+    "rate_limit_runs": _job_whole("rate_limit_runs", nullable=True),
+    "rate_limit_period": _job_whole("rate_limit_period", nullable=True),
     "coalesce": _boolean,
     "business_days_only": _boolean,
     "holiday_calendar": _short_text(16),

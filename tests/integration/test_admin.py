@@ -178,7 +178,12 @@ BAD_INPUTS = [
     pytest.param({"schedule_type": "weekly"}, "schedule_type", id="unknown-schedule-type"),
     pytest.param({"lease_ttl": "1"}, "lease_ttl", id="policy-out-of-range"),
     pytest.param({"overlap": "sometimes"}, "overlap", id="policy-unknown-choice"),
-    pytest.param({"soft_time_limit": "20", "time_limit": "10"}, "__all__", id="soft-above-hard"),
+    pytest.param(
+        {"soft_time_limit": "20", "time_limit": "10"}, "soft_time_limit", id="soft-above-hard"
+    ),
+    pytest.param(
+        {"soft_time_limit": "10", "time_limit": "10"}, "soft_time_limit", id="soft-equals-hard"
+    ),
     pytest.param({"min_hold": "60", "lease_ttl": "30"}, "min_hold", id="hold-above-ttl"),
     # Hostile values: each one a field error, never a 500 (issue 10).
     pytest.param({"args": '["a\\u0000b"]'}, "args", id="args-nul"),
@@ -857,3 +862,15 @@ def test_a_blackout_name_with_a_control_character_is_an_error_on_name(admin_clie
     }
     assert saved.status_code == 302
     assert list(Blackout.objects.values_list("name", flat=True)) == ["freeze"]
+
+
+def test_a_soft_limit_above_the_hard_one_is_an_error_naming_both(admin_client):
+    # Issue 29: it said 'Constraint "soft_time_limit_below_hard" is violated.' above the form.
+    response = admin_client.post(ADD_URL, form_data(soft_time_limit="20", time_limit="10"))
+
+    assert form_errors(response) == {
+        "soft_time_limit": [
+            "Must be below the time limit (10 s): the job is asked to finish before it is killed."
+        ]
+    }
+    assert not Job.objects.exists()

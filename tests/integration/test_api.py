@@ -483,7 +483,7 @@ def test_patch_enabled_alone_is_a_pause_not_an_edit(
         ('{"lease_ttl": 2147483647}', ["lease_ttl"]),
         ('{"queue": "re\\nports"}', ["queue"]),
         ('{"queue": "re\\u2028ports"}', ["queue"]),
-        ('{"soft_time_limit": 60, "time_limit": 30}', ["body"]),
+        ('{"soft_time_limit": 60, "time_limit": 30}', ["soft_time_limit"]),
         ("[" * 100_000 + "]" * 100_000, ["body"]),
         ('{"enabled": ' + "[" * 100_000 + "]" * 100_000 + "}", ["body"]),
         ('{"priority": ' + "9" * 5000 + "}", ["body"]),
@@ -526,6 +526,34 @@ def test_a_name_with_a_control_character_is_a_400_naming_the_field(
     }  # fmt: skip
     assert Job.objects.get(name="report").queue == "default"
     assert not Blackout.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        # Issue 29: a check constraint's name under "body", and a range no broker honours.
+        (
+            {"soft_time_limit": 60, "time_limit": 30},
+            "soft_time_limit",
+            "Must be below the time limit (30 s): the job is asked to finish before it is killed.",
+        ),
+        ({"priority": -1}, "priority", "must be between 0 and 9"),
+        ({"priority": 10}, "priority", "must be between 0 and 9"),
+        ({"lease_ttl": 2147483647}, "lease_ttl", "must be between 3 and 86400"),
+        ({"max_retries": -1}, "max_retries", "must be between 0 and 100"),
+    ],
+)
+def test_a_bad_policy_is_a_400_saying_what_the_field_takes(
+    api: Client, make_job: Callable[..., Job], body: dict[str, int], field: str, message: str
+) -> None:
+    make_job("report")
+
+    response = api.patch("/api/jobs/report", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["fields"] == {field: [message]}
+    stored = Job.objects.get(name="report")
+    assert all(getattr(stored, name) != value for name, value in body.items())
 
 
 # --- runs ---------------------------------------------------------------------------------------

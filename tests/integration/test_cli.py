@@ -349,7 +349,8 @@ BAD_ADD_INPUT = [
     ),
     pytest.param(
         ["--every", "10s", "--soft-time-limit", "1m", "--time-limit", "30s"],
-        "jobs add: error: --soft-time-limit: must be below --time-limit (30s)",
+        "jobs add: error: --soft-time-limit: Must be below the time limit (30 s): the job is "
+        "asked to finish before it is killed.",
         id="soft-limit-above-hard",
     ),
     # Hostile values (issue 10): each one line naming its flag, never a traceback.
