@@ -386,7 +386,6 @@ class JobAdmin(admin.ModelAdmin):
         slot = timestamps.display(getattr(job, "last_run_at", None))
         return format_html("{}<br>{}", status_badge(status), slot)
 
-    @admin.display(description="lease holder #token")
     @admin.display(description="jobs after it")
     def runs_before(self, job: Job) -> SafeString | str:
         """Its downstreams (jobs.dependencies), linked."""
@@ -399,6 +398,7 @@ class JobAdmin(admin.ModelAdmin):
             ((reverse("admin:jobs_job_change", args=[d.pk]), d.name) for d in downstreams),
         )
 
+    @admin.display(description="lease holder #token")
     def lease(self, job: Job) -> str:
         """The live lease of the job's default key, by the database clock."""
         holder = getattr(job, "lease_holder", None)

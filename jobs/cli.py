@@ -50,6 +50,7 @@ FIELD_FLAGS: dict[str, str] = {
     "args": "--args",
     "kwargs": "--kwargs",
     "after": "--after",
+    "run_at": "--at",
     **{field: policy_flag(field) for field in POLICY_FIELDS},
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -15,7 +17,7 @@ from django.utils import timezone
 
 from jobs import bulk_publish, registry
 from jobs.conf import get_conf
-from jobs.exceptions import NotTriggerable
+from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
 from jobs.models import CELERY_HEADERS, Job, JobKind, JobRun, Trigger
 
@@ -270,6 +272,7 @@ def trigger_now(
     trigger: Trigger = Trigger.MANUAL,
     idempotency_key: str = "",
     kwargs: dict[str, Any] | None = None,
+    request_digest: str = "",
 ) -> JobRun:
     """Create a run of ``job`` for now, outside its schedule, and publish it after commit;
     with ``kwargs``, the run's own keyword arguments (validated by the caller, services).
@@ -284,6 +287,7 @@ def trigger_now(
             trigger=trigger,
             idempotency_key=idempotency_key,
             kwargs=kwargs,
+            request_digest=request_digest,
         )
         # A broker outage must not turn "run now" into an error after the run was recorded:
         # the run stays scheduled and maintenance re-publishes it.
@@ -292,27 +296,45 @@ def trigger_now(
     return run
 
 
+def request_digest(request: Any) -> str:
+    """The SHA-256 of a trigger's request (a JSON value), the same for the same value however
+    its keys were ordered or spaced."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def trigger_once(
     job: Job,
     idempotency_key: str,
     trigger: Trigger = Trigger.API,
     kwargs: dict[str, Any] | None = None,
+    digest: str = "",
 ) -> tuple[JobRun, bool]:
     """The run of ``job`` made with ``idempotency_key``, created (and published) only if none
     exists yet; the flag says whether this call created it. The unique constraint decides, so
-    two concurrent calls with one key make one run."""
+    two concurrent calls with one key make one run. A run made with the same key but another
+    request (``digest``, see ``request_digest``) raises ``IdempotencyKeyReused``."""
     _refuse_continuous(job)
     existing = JobRun.objects.filter(job=job, idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return existing, False
-    try:
-        return trigger_now(job, trigger, idempotency_key=idempotency_key, kwargs=kwargs), True
-    except IntegrityError:
-        # A concurrent call with the same key committed first: its run is the answer.
-        winner = JobRun.objects.filter(job=job, idempotency_key=idempotency_key).first()
-        if winner is None:
-            raise
-        return winner, False
+    if existing is None:
+        try:
+            run = trigger_now(
+                job, trigger, idempotency_key=idempotency_key, kwargs=kwargs, request_digest=digest
+            )
+            return run, True
+        except IntegrityError:
+            # A concurrent call with the same key committed first: its run is the answer.
+            existing = JobRun.objects.filter(job=job, idempotency_key=idempotency_key).first()
+            if existing is None:
+                raise
+    # As the IETF's Idempotency-Key draft and Stripe do: a key is one request's, and a run kept
+    # from before digests were (an empty one) is replayed as it always was.
+    if existing.request_digest and existing.request_digest != digest:
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key {idempotency_key!r} was already used for run {existing.pk} of "
+            f"{job.name!r} with another request; send a new key for a new request"
+        )
+    return existing, False
 
 
 def _refuse_continuous(job: Job) -> None:

@@ -35,6 +35,11 @@ class NotTriggerable(JobsError):
     """A continuous job runs all the time on one node; it has no runs to trigger."""
 
 
+class IdempotencyKeyReused(JobsError):
+    """A trigger carries the Idempotency-Key of an earlier one but another request: replaying
+    the earlier run would answer a request that was not made (the API's 422)."""
+
+
 class LeaseLost(JobsError):
     """The caller's lease lapsed or was taken over: its fenced write must not happen."""
 

@@ -22,6 +22,7 @@ from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
 from jobs import jsonvalues, timestamps
+from jobs.names import no_control_characters
 from jobs.schedule import calendars
 
 
@@ -114,12 +115,8 @@ NO_SLASH_IN_NAME = RegexValidator(
 )
 
 # A job's name is printed in one-line answers (CLI), log lines and alerts: a line break or another
-# control character in it would split or garble them.
-NO_CONTROL_CHARACTER_IN_NAME = RegexValidator(
-    "^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*\\Z",
-    "A job name cannot contain a line break or another control character.",
-    code="control_character_in_name",
-)
+# control character in it would split or garble them (jobs.names).
+NO_CONTROL_CHARACTER_IN_NAME = no_control_characters("A job name")
 
 
 # The reasons a job may be alerted for (the cluster's own, no_beat and no_node, are not a job's).
@@ -162,6 +159,10 @@ def validate_headers(value: object) -> None:
 
 # The most runs of one job (per lock key) at once: each is a lease row that a claim may try.
 MAX_CONCURRENCY = 100
+# The longest lease ttl, a day. A live holder renews its lease every ttl/3 however long it runs,
+# so a longer ttl buys nothing; it only lengthens how long a holder that died keeps the job
+# locked (a lease of 68 years would be a lock nobody can take back but by hand).
+MAX_LEASE_TTL = 86_400
 
 
 class Configured(models.TextChoices):
@@ -247,7 +248,7 @@ class Job(models.Model):
     )
     lease_ttl = models.PositiveIntegerField(
         default=30,
-        validators=[MinValueValidator(3)],
+        validators=[MinValueValidator(3), MaxValueValidator(MAX_LEASE_TTL)],
         help_text="Seconds a lease stays valid without renewal; renewed every ttl/3.",
     )
     min_hold = models.PositiveIntegerField(
@@ -255,7 +256,15 @@ class Job(models.Model):
         help_text="Seconds the lease stays held after the run starts even if it ends sooner, "
         "so a fast job cannot run twice for one slot on nodes with skewed clocks.",
     )
-    queue = models.CharField(max_length=100, default="default", help_text="Celery queue.")
+    queue = models.CharField(
+        max_length=100,
+        default="default",
+        validators=[no_control_characters("A queue name")],
+        help_text="Celery queue.",
+    )
+    # 0-9, 9 first, whichever the broker: the range both honour alike (Celery's Redis transport
+    # has 10 priority steps, lowest first; RabbitMQ takes 0-255, highest first, up to a queue's
+    # x-max-priority): jobs.dispatch.wire_priority maps it for each.
     priority = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
@@ -373,10 +382,18 @@ class Job(models.Model):
         "self.request).",
     )
     exchange = models.CharField(
-        max_length=200, blank=True, default="", help_text="Celery exchange (blank: the queue's)."
+        max_length=200,
+        blank=True,
+        default="",
+        validators=[no_control_characters("An exchange name")],
+        help_text="Celery exchange (blank: the queue's).",
     )
     routing_key = models.CharField(
-        max_length=200, blank=True, default="", help_text="Celery routing key (blank: the queue's)."
+        max_length=200,
+        blank=True,
+        default="",
+        validators=[no_control_characters("A routing key")],
+        help_text="Celery routing key (blank: the queue's).",
     )
     # An adopted django-celery-beat row's absolute expires (jobs.beat.retiring): as under
     # stock beat, the expiry of every run's message and the end of the job's slots.
@@ -429,6 +446,14 @@ class Job(models.Model):
         return self.name
 
     def clean(self) -> None:
+        # The check constraint soft_time_limit_below_hard holds it in the database too, but its
+        # message names only itself; this one names the field.
+        soft, hard = self.soft_time_limit, self.time_limit
+        if soft is not None and hard is not None and soft >= hard:
+            raise ValidationError(
+                {"soft_time_limit": f"Must be below the time limit ({hard} s): the job is asked "
+                 "to finish before it is killed."}
+            )  # fmt: skip
         # ShedLock's rule: holding "at least" longer than "at most" would be self-contradictory.
         if self.min_hold > self.lease_ttl:
             raise ValidationError(
@@ -535,6 +560,15 @@ class JobRun(models.Model):
         blank=True,
         db_default="",
         help_text="The Idempotency-Key an API trigger carried: the same key never makes two runs.",
+    )
+    # What the request with that key asked (jobs.dispatch.request_digest): the same key with
+    # another request is refused rather than answered with this run. "" for every other run, and
+    # for API triggers made before it was kept.
+    request_digest = models.CharField(
+        max_length=64,
+        blank=True,
+        db_default="",
+        help_text="SHA-256 of the request an API trigger made (its kwargs).",
     )
     # A call's own arguments (jobs.calls, and its retries); NULL: the job's, as every other run.
     args = models.JSONField(
@@ -718,7 +752,12 @@ class ApiToken(models.Model):
     hash is enough: there is nothing to brute-force.
     """
 
-    name = models.CharField(max_length=100, unique=True, help_text="Who or what uses it.")
+    name = models.CharField(
+        max_length=100,
+        unique=True,
+        validators=[no_control_characters("A token name")],
+        help_text="Who or what uses it.",
+    )
     prefix = models.CharField(
         max_length=16, editable=False, help_text="The token's first characters, to recognise it."
     )
@@ -856,7 +895,7 @@ class Blackout(models.Model):
     name = models.CharField(
         max_length=100,
         unique=True,
-        validators=[NO_SLASH_IN_NAME],
+        validators=[NO_SLASH_IN_NAME, no_control_characters("A blackout window's name")],
         help_text="Shown on every slot it skips, e.g. release-freeze.",
     )
     job = models.ForeignKey(

@@ -27,6 +27,7 @@ from celery._state import (  # type: ignore[attr-defined]  # public there, not i
 from celery.app.trace import task_has_custom
 
 from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
+from jobs.names import has_control_character
 from jobs.schedule.kinds import Cron, Definition, Triggered, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
@@ -105,8 +106,10 @@ class JobSpec:
             raise BadLockKey(
                 f"is {len(key)} characters long with these arguments, at most {LOCK_KEY_MAX_LENGTH}"
             )
-        if "\x00" in key:
-            raise BadLockKey("contains a NUL character with these arguments")
+        if has_control_character(key):  # a NUL, a line break: see jobs.names
+            raise BadLockKey(
+                "contains a line break or another control character with these arguments"
+            )
         return key
 
     def _named(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import models, transaction
 from django_celery_beat.models import PeriodicTask
 
 from jobs import audit, backfill, dependencies, jsonvalues, registry
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.database_clock import database_now
-from jobs.dispatch import trigger_now, trigger_once
+from jobs.dispatch import request_digest, trigger_now, trigger_once
 from jobs.exceptions import BadLockKey, BlackoutNotFound, JobNotFound
 from jobs.guard import lease
 from jobs.guard.runner import lock_key_for
@@ -35,7 +35,7 @@ from jobs.models import (
     Trigger,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import Definition, Schedule, Triggered
+from jobs.schedule.kinds import At, Definition, Schedule, Triggered
 from jobs.upkeep import retention
 
 
@@ -98,12 +98,12 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
         raise ValidationError(errors)
 
 
-def _nul_errors(job: Job) -> dict[str, list[str]]:
+def _nul_errors(row: models.Model) -> dict[str, list[str]]:
     """The text fields holding a NUL character, which PostgreSQL text cannot store."""
     return {
         field.name: ["Null characters are not allowed."]
-        for field in job._meta.concrete_fields
-        if isinstance(value := getattr(job, field.attname), str) and "\x00" in value
+        for field in row._meta.concrete_fields
+        if isinstance(value := getattr(row, field.attname), str) and "\x00" in value
     }
 
 
@@ -161,6 +161,7 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
         **definition.policies,
     )
     validate_job(job)
+    _check_one_off(definition.schedule, job.start_deadline)
     upstreams = dependencies.check_upstreams(job, definition.after)
     job.save()
     job.upstreams.set(upstreams)
@@ -169,6 +170,27 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
         job.save(update_fields=["periodic_task"])
     audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
     return job
+
+
+def _check_one_off(
+    schedule: Definition | None, start_deadline: int, kept: datetime | None = None
+) -> None:
+    """Refuse a one-off time past its start deadline already: its run could only be recorded
+    missed, and for a reason that would not be true (that the beats fell behind). Within the
+    deadline it still runs (a time typed as "now" is seconds old when it arrives). A time the
+    job already had (``kept``, its stored one, however old) is no new request."""
+    if not isinstance(schedule, At) or schedule.when == kept:
+        return
+    if schedule.when < database_now() - timedelta(seconds=start_deadline):
+        raise ValidationError(
+            {
+                "run_at": [
+                    f"{schedule.when.astimezone(UTC).isoformat()} is past, by more than the "
+                    f"start deadline ({start_deadline} s): its run could only be recorded "
+                    "missed. Give a later time, or run the job now."
+                ]
+            }
+        )
 
 
 def definition_of(job: Job) -> Definition | None:
@@ -205,12 +227,14 @@ def save_job(
     """Save an edited job (admin form, API) with its schedule (and upstreams, given ``after``);
     beats pick the change up."""
     before = audit.job_state(_locked(job))
+    clocked = None if job.periodic_task is None else job.periodic_task.clocked
     job.kind = kind_of(schedule)
     scheduled = isinstance(schedule, Schedule)
     old_task = None if scheduled else job.periodic_task
     if not scheduled:
         job.periodic_task = None  # before validating: only a periodic job has a beat entry
     validate_job(job)
+    _check_one_off(schedule, job.start_deadline, None if clocked is None else clocked.clocked_time)
     upstreams = None if after is None else dependencies.check_upstreams(job, after)
     job.save()
     if upstreams is not None:
@@ -321,9 +345,14 @@ def run_once(
     kwargs: dict[str, Any] | None = None,
 ) -> tuple[JobRun, bool]:
     """``run_now`` at most once per ``idempotency_key``: the flag says whether a run was made.
-    A replayed key makes nothing, so it records nothing."""
+    A replayed key makes nothing, so it records nothing; the same key with other ``kwargs``
+    raises ``IdempotencyKeyReused``."""
     job = get_job(name)
-    run, created = trigger_once(job, idempotency_key, trigger, kwargs=run_kwargs(job, kwargs))
+    # The request as given, not as merged with the job's: an edit of the job between a request
+    # and its retry does not make the retry another request.
+    digest = request_digest({"kwargs": kwargs})
+    merged = run_kwargs(job, kwargs)
+    run, created = trigger_once(job, idempotency_key, trigger, kwargs=merged, digest=digest)
     if created:
         audit.record(actor, AuditAction.RUN_NOW, job=job, after=_run_values(run))
     return run, created
@@ -368,10 +397,17 @@ def add_blackout(
 ) -> Blackout:
     """A blackout window over one job (``job_name``) or every job; ``ValidationError`` naming
     the field when it cannot be one."""
-    job = None if job_name is None else get_job(job_name)
+    try:
+        job = None if job_name is None else get_job(job_name)
+    except JobNotFound as exc:
+        # A bad value of the window's job field (400, exit status 2), not a missing resource.
+        raise ValidationError({"job": [str(exc)]}) from None
     window = Blackout(
         name=name, job=job, starts_at=starts_at, ends_at=ends_at, description=description
     )
+    errors = _nul_errors(window)
+    if errors:  # the description's; the name's validator refuses it too
+        raise ValidationError(errors)
     window.full_clean()
     window.save()
     audit.record(
@@ -386,7 +422,9 @@ def add_blackout(
 
 @transaction.atomic
 def remove_blackout(name: str, *, actor: Actor) -> None:
-    window = Blackout.objects.select_related("job").filter(name=name).first()
+    window = None
+    if "\x00" not in name:  # PostgreSQL text cannot hold NUL, so no window is named so
+        window = Blackout.objects.select_related("job").filter(name=name).first()
     if window is None:
         raise BlackoutNotFound(f"no blackout window named {name!r}")
     before = blackout_values(window)

@@ -12,7 +12,7 @@ import re
 import zoneinfo
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from cron_descriptor import get_description
 from croniter import CroniterBadDateError, CroniterError, croniter
@@ -220,14 +220,24 @@ def _day_may_not_exist(expr: str) -> bool:
     return day_of_month not in ("*", "?") or "#" in day_of_week
 
 
+@cache
+def _iana_zones() -> frozenset[str]:
+    """The IANA zone names, as zoneinfo lists them (the tzdata package's and the system's) less
+    "localtime": a system's link to its own zone, not a zone of its own, which zoneinfo lists
+    when /usr/share/zoneinfo has it (it leaves "posixrules" out itself). UTC always."""
+    return frozenset(zoneinfo.available_timezones() - {"localtime"} | {"UTC"})
+
+
 def validate_timezone(name: str) -> zoneinfo.ZoneInfo:
-    """The IANA time zone ``name``, checked for shape and length before zoneinfo opens a file."""
+    """The IANA time zone ``name``, checked for shape and length before zoneinfo opens a file,
+    and against the IANA names: zoneinfo also opens files that are no zone of the database
+    (localtime, posixrules, posix/..., right/...), whose meaning depends on the host."""
     unknown = ValueError(f"{name!r} is not a known time zone, e.g. Europe/Paris or UTC")
     if len(name) > MAX_TIMEZONE_LENGTH:
         raise ValueError(
             f"the time zone name is too long: at most {MAX_TIMEZONE_LENGTH} characters"
         )
-    if not _TIMEZONE_NAME.match(name):
+    if not _TIMEZONE_NAME.match(name) or name not in _iana_zones():
         raise unknown
     try:
         return zoneinfo.ZoneInfo(name)

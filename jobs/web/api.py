@@ -9,7 +9,8 @@ in the audit trail under the token's name (``token:NAME``) or the user's (``user
 
 Errors are JSON, ``{"error": "...", "fields": {"name": ["..."]}}``: 400 for a bad parameter,
 header or body (each problem under the name of what was wrong), 401/403 for credentials, 404
-for an unknown job or run, 405 for a wrong method, 503 when the database is unreachable.
+for an unknown job or run, 405 for a wrong method, 422 for an Idempotency-Key reused with
+another request, 503 when the database is unreachable.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from jobs import backfill, jsonvalues, services
 from jobs.audit import Actor
-from jobs.exceptions import NotFound, NotTriggerable, TokenRefused
+from jobs.exceptions import IdempotencyKeyReused, NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_ALERT_REASONS,
     JOB_DISPLAY_RELATED,
@@ -53,7 +54,7 @@ from jobs.models import (
     Trigger,
 )
 from jobs.web import serializers, tokens
-from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, schema
+from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, job_field_range, schema
 
 log = logging.getLogger(__name__)
 
@@ -409,17 +410,22 @@ def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be true or false"
 
 
-def _whole(low: int, nullable: bool = False) -> Callable[[Any], str | None]:
+def _whole(low: int, high: int = 2**31 - 1, nullable: bool = False) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if value is None and nullable:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             return "must be a whole number" + (" or null" if nullable else "")
-        if not low <= value <= 2**31 - 1:
-            return f"must be between {low} and {2**31 - 1}"
+        if not low <= value <= high:
+            return f"must be between {low} and {high}"
         return None
 
     return check
+
+
+def _job_whole(name: str, nullable: bool = False) -> Callable[[Any], str | None]:
+    """A whole number in the range of the ``Job`` field ``name`` (its model validators)."""
+    return _whole(*job_field_range(name), nullable=nullable)
 
 
 def _one_of(choices: Iterable[str]) -> Callable[[Any], str | None]:
@@ -483,23 +489,24 @@ def _reasons(value: Any) -> str | None:
     return None
 
 
-# What PATCH /api/jobs/{name} accepts, each with its type check; ranges are the model's.
+# What PATCH /api/jobs/{name} accepts, each with its type check; ranges are the model's (the
+# numbers' are read from it, so a message says the range the model holds).
 PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "enabled": _boolean,
     "overlap": _one_of(Overlap.values),
-    "start_deadline": _whole(1),
+    "start_deadline": _job_whole("start_deadline"),
     "catch_up": _one_of(CatchUp.values),
     "on_lost": _one_of(OnLost.values),
-    "max_retries": _whole(0),
-    "retry_backoff": _whole(1),
-    "soft_time_limit": _whole(1, nullable=True),
-    "time_limit": _whole(1, nullable=True),
-    "lease_ttl": _whole(3),
+    "max_retries": _job_whole("max_retries"),
+    "retry_backoff": _job_whole("retry_backoff"),
+    "soft_time_limit": _job_whole("soft_time_limit", nullable=True),
+    "time_limit": _job_whole("time_limit", nullable=True),
+    "lease_ttl": _job_whole("lease_ttl"),
     "queue": _queue,
-    "priority": _whole(0, nullable=True),
-    "max_concurrency": _whole(1),
-    "rate_limit_runs": _whole(1, nullable=True),
-    "rate_limit_period": _whole(1, nullable=True),
+    "priority": _job_whole("priority", nullable=True),
+    "max_concurrency": _job_whole("max_concurrency"),
+    "rate_limit_runs": _job_whole("rate_limit_runs", nullable=True),
+    "rate_limit_period": _job_whole("rate_limit_period", nullable=True),
     "coalesce": _boolean,
     "business_days_only": _boolean,
     "holiday_calendar": _short_text(16),
@@ -541,6 +548,9 @@ def job_runs(request: HttpRequest, name: str) -> HttpResponse:
             )
         except ValidationError as exc:
             raise invalid(_field_errors(exc)) from None
+        except IdempotencyKeyReused as exc:
+            # 422, as the IETF's Idempotency-Key draft and Stripe answer a key reused so.
+            raise ApiError(422, str(exc), {"Idempotency-Key": [str(exc)]}) from None
         run = JobRun.objects.select_related("job").get(pk=run.pk)
         response = JsonResponse(serializers.run_record(run), status=201 if created else 200)
         response["Location"] = f"/api/runs/{run.pk}"
@@ -633,7 +643,9 @@ def _page(
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     # Read here, not by a path converter, so that "/api/runs/abc" is a JSON 404 as well.
     run = None
-    if run_id.isascii() and run_id.isdigit() and int(run_id) <= MAX_BIGINT:
+    # Its length first: int() raises on a string of more than 4,300 digits.
+    digits = len(run_id) <= len(str(MAX_BIGINT)) and run_id.isascii() and run_id.isdigit()
+    if digits and int(run_id) <= MAX_BIGINT:
         run = JobRun.objects.select_related("job").filter(pk=int(run_id)).first()
     if run is None:
         raise ApiError(404, f"no run with id {run_id!r}")

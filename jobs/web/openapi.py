@@ -9,15 +9,18 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import IntegerField
+
 from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
 from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.models import (
     JOB_ALERT_REASONS,
-    MAX_CONCURRENCY,
     AlertChannels,
     AuditAction,
     AuditSource,
     CatchUp,
+    Job,
     JobKind,
     OnLost,
     Overlap,
@@ -29,8 +32,6 @@ from jobs.web.serializers import RUN_FIELDS
 IDEMPOTENCY_KEY_MAX = 200
 MAX_LIMIT = 500
 MAX_OFFSET = 100_000
-
-_INT32_MAX = 2**31 - 1
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -125,21 +126,38 @@ _AFTER = {
     "description": "The jobs this one runs after: once per slot all of them succeeded for.",
 }
 
+
+def job_field_range(name: str) -> tuple[int, int]:
+    """The whole numbers the ``Job`` field ``name`` takes: the bounds of its validators (its
+    column's own included), so this document and the API's checks say what the model says."""
+    field = Job._meta.get_field(name)
+    assert isinstance(field, IntegerField)
+    validators = field.validators
+    low = max(v.limit_value for v in validators if isinstance(v, MinValueValidator))
+    high = min(v.limit_value for v in validators if isinstance(v, MaxValueValidator))
+    return low, high
+
+
+def _whole(name: str) -> dict[str, Any]:
+    low, high = job_field_range(name)
+    return {"type": "integer", "minimum": low, "maximum": high}
+
+
 _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "overlap": {"type": "string", "enum": Overlap.values},
-    "start_deadline": {"type": "integer", "minimum": 1, "maximum": _INT32_MAX},
+    "start_deadline": _whole("start_deadline"),
     "catch_up": {"type": "string", "enum": CatchUp.values},
     "on_lost": {"type": "string", "enum": OnLost.values},
-    "max_retries": {"type": "integer", "minimum": 0, "maximum": 100},
-    "retry_backoff": {"type": "integer", "minimum": 1, "maximum": _INT32_MAX},
-    "soft_time_limit": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
-    "time_limit": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
-    "lease_ttl": {"type": "integer", "minimum": 3, "maximum": _INT32_MAX},
+    "max_retries": _whole("max_retries"),
+    "retry_backoff": _whole("retry_backoff"),
+    "soft_time_limit": _nullable(_whole("soft_time_limit")),
+    "time_limit": _nullable(_whole("time_limit")),
+    "lease_ttl": _whole("lease_ttl"),
     "queue": {"type": "string", "minLength": 1, "maxLength": 100},
-    "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9}),
-    "max_concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY},
-    "rate_limit_runs": _nullable({"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY}),
-    "rate_limit_period": _nullable({"type": "integer", "minimum": 1, "maximum": _INT32_MAX}),
+    "priority": _nullable(_whole("priority")),
+    "max_concurrency": _whole("max_concurrency"),
+    "rate_limit_runs": _nullable(_whole("rate_limit_runs")),
+    "rate_limit_period": _nullable(_whole("rate_limit_period")),
     "coalesce": {"type": "boolean"},
     "business_days_only": {"type": "boolean"},
     "holiday_calendar": {"type": "string", "maxLength": 16},
@@ -494,9 +512,9 @@ def schema() -> dict[str, Any]:
                     "summary": "Trigger a run now, at most once per Idempotency-Key.",
                     "description": "The same key for the same job returns the first run "
                     "(200, Idempotent-Replayed: true) instead of making a second; keys are "
-                    "remembered as long as the run is kept (see retention). An optional body "
-                    "gives this run keyword arguments over the job's own, checked against the "
-                    "function's signature.",
+                    "remembered as long as the run is kept (see retention). The same key with "
+                    "another body is refused (422). An optional body gives this run keyword "
+                    "arguments over the job's own, checked against the function's signature.",
                     "requestBody": {
                         "required": False,
                         "content": {
@@ -529,6 +547,7 @@ def schema() -> dict[str, Any]:
                         **_BAD,
                         **_NOT_FOUND,
                         "409": _error("A continuous job: it runs all the time, not per trigger."),
+                        "422": _error("The key was already used with another body."),
                         **_ERRORS,
                     },
                 },
@@ -612,7 +631,6 @@ def schema() -> dict[str, Any]:
                     "responses": {
                         "201": _json("The window added.", _ref("Blackout")),
                         **_BAD,
-                        **_NOT_FOUND,
                         **_ERRORS,
                     },
                 },

@@ -65,6 +65,8 @@ def create(
 @transaction.atomic
 def revoke(name: str, *, actor: Actor) -> bool:
     """Delete the token named ``name``: requests with it get 401. ``False``: no such token."""
+    if "\x00" in name:  # PostgreSQL text cannot hold NUL; no token is named so
+        return False
     token = ApiToken.objects.select_for_update().filter(name=name).first()
     if token is None:
         return False

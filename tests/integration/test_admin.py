@@ -3,6 +3,7 @@ for every bad input, the changelist and its actions, and the read-only history p
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -22,11 +23,13 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import job, services
+from jobs import job, services, timestamps
 from jobs.audit import Actor
 from jobs.guard import lease
 from jobs.models import (
     AuditEntry,
+    Blackout,
+    Incident,
     Job,
     JobKind,
     JobRun,
@@ -38,6 +41,7 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every
+from jobs.web import serializers
 from tests.support.forms import job_form_data
 
 pytestmark = pytest.mark.django_db
@@ -174,7 +178,12 @@ BAD_INPUTS = [
     pytest.param({"schedule_type": "weekly"}, "schedule_type", id="unknown-schedule-type"),
     pytest.param({"lease_ttl": "1"}, "lease_ttl", id="policy-out-of-range"),
     pytest.param({"overlap": "sometimes"}, "overlap", id="policy-unknown-choice"),
-    pytest.param({"soft_time_limit": "20", "time_limit": "10"}, "__all__", id="soft-above-hard"),
+    pytest.param(
+        {"soft_time_limit": "20", "time_limit": "10"}, "soft_time_limit", id="soft-above-hard"
+    ),
+    pytest.param(
+        {"soft_time_limit": "10", "time_limit": "10"}, "soft_time_limit", id="soft-equals-hard"
+    ),
     pytest.param({"min_hold": "60", "lease_ttl": "30"}, "min_hold", id="hold-above-ttl"),
     # Hostile values: each one a field error, never a 500 (issue 10).
     pytest.param({"args": '["a\\u0000b"]'}, "args", id="args-nul"),
@@ -214,10 +223,37 @@ BAD_INPUTS = [
         "kwargs",
         id="lock-key-too-long",
     ),
+    # Year 1 is fine in UTC (no overflow), but long past: a one-off time past its start deadline
+    # is refused (its run could only be recorded missed).
     pytest.param(
         {"schedule_type": "one_off", "run_at_0": "0001-01-01", "run_at_1": "00:00"},
-        None,
-        id="instant-year-1-is-fine-in-utc",
+        "run_at",
+        id="instant-year-1-is-past",
+    ),
+    pytest.param(
+        {"schedule_type": "one_off", "run_at_0": "1900-01-01", "run_at_1": "00:00"},
+        "run_at",
+        id="instant-in-the-past",
+    ),
+    pytest.param(
+        {"schedule_type": "cron", "cron": "0 * * * *", "timezone": "localtime"},
+        "timezone",
+        id="time-zone-localtime",
+    ),
+    pytest.param(
+        {"schedule_type": "cron", "cron": "0 * * * *", "timezone": "posixrules"},
+        "timezone",
+        id="time-zone-posixrules",
+    ),
+    pytest.param({"lease_ttl": "86401"}, "lease_ttl", id="lease-ttl-over-a-day"),
+    # Names that are printed or routed hold no control character (issue 29).
+    pytest.param({"queue": "re\nports"}, "queue", id="queue-line-break"),
+    pytest.param({"queue": "re\u2028ports"}, "queue", id="queue-line-separator"),
+    pytest.param({"name": "a\u2029b"}, "name", id="name-paragraph-separator"),
+    pytest.param(
+        {"task": "tests.by_city", "kwargs": '{"log": "-", "city": "a\\nb"}'},
+        "kwargs",
+        id="lock-key-line-break",
     ),
 ]
 
@@ -748,3 +784,93 @@ def test_empty_alert_reasons_mean_every_reason(admin_client):
     response = admin_client.post("/admin/jobs/job/add/", form_data(alert_reasons=""))
     assert response.status_code == 302, form_errors(response)
     assert Job.objects.get(name="report").alert_reasons == []
+
+
+def _readonly_rows(page: str) -> dict[str, str]:
+    """Each read-only row of a change page: its title and the text it shows (tags dropped, an
+    icon read by its alt text)."""
+    rows: dict[str, str] = {}
+    for title, shown in re.findall(r'<label>([^<]*):</label>\s*<div class="readonly">(.*?)</div>',
+                                   page, re.S):  # fmt: skip
+        assert title not in rows, f"two rows titled {title!r}"
+        shown = re.sub(r'<img [^>]*alt="([^"]*)"[^>]*>', r"\1", shown)
+        rows[title] = html.unescape(re.sub(r"<[^>]+>", "", shown)).strip()
+    return rows
+
+
+def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_client):
+    # Issue 29: "Lease holder #token" listed the jobs after it, and that row was missing.
+    make_job("first")
+    tests = Actor.code("tests")
+    middle = services.create_job(
+        services.JobDefinition(name="middle", task=TASK, schedule=Every(60), after=["first"]),
+        actor=tests,
+    )
+    for name in ("later", "last"):
+        services.create_job(
+            services.JobDefinition(name=name, task=TASK, schedule=Every(60), after=["middle"]),
+            actor=tests,
+        )
+    lease.acquire(middle.lock_key, "worker@h:1:run-7", ttl=60)
+    Job.objects.filter(pk=middle.pk).update(description="Reconciles the ledger.")
+
+    page = admin_client.get(change_url(middle)).content.decode()
+
+    # What each title promises, read back from the database.
+    stored = Job.objects.select_related("periodic_task__interval").get(pk=middle.pk)
+    held = Lease.objects.get(key=stored.lock_key)
+    downstreams = Job.objects.filter(upstreams=stored).order_by("name")
+    upstreams = Job.objects.filter(downstreams=stored).order_by("name")
+    assert not Incident.objects.filter(job=stored, resolved_at__isnull=True).exists()
+    rows = _readonly_rows(page)
+    assert re.fullmatch(INSTANT, rows.pop("Next slot"))
+    assert rows == {
+        "Lease holder #token": f"{held.holder} #{held.token}",
+        "Schedule": serializers.schedule_words(stored),
+        "Jobs after it": ", ".join(job_.name for job_ in downstreams),
+        "Open incidents": "none",
+        "Alerts muted until": "-",
+        "Managed by code": str(stored.managed_by_code),
+        "Adopted": str(stored.adopted),
+        "Description": stored.description,
+        "Created at": timestamps.display(stored.created_at),
+        "Updated at": timestamps.display(stored.updated_at),
+        "Audit trail": "every entry of this job",
+    }
+    after = re.search(r'<select name="after".*?</select>', page, re.S).group(0)
+    assert re.findall(r'<option value="([^"]*)" selected>', after) == [
+        job_.name for job_ in upstreams
+    ]
+
+
+@pytest.mark.parametrize("name", ["a\nb", "a\u2028b", "\x1b[2J"])
+def test_a_blackout_name_with_a_control_character_is_an_error_on_name(admin_client, name):
+    url = reverse("admin:jobs_blackout_add")
+    window = {
+        "starts_at_0": "2030-01-01", "starts_at_1": "00:00:00",
+        "ends_at_0": "2030-01-02", "ends_at_1": "00:00:00",
+    }  # fmt: skip
+
+    refused = admin_client.post(url, {**window, "name": name})
+    saved = admin_client.post(url, {**window, "name": "freeze"})
+
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors == {
+        "name": [
+            "A blackout window's name cannot contain a line break or another control character."
+        ]
+    }
+    assert saved.status_code == 302
+    assert list(Blackout.objects.values_list("name", flat=True)) == ["freeze"]
+
+
+def test_a_soft_limit_above_the_hard_one_is_an_error_naming_both(admin_client):
+    # Issue 29: it said 'Constraint "soft_time_limit_below_hard" is violated.' above the form.
+    response = admin_client.post(ADD_URL, form_data(soft_time_limit="20", time_limit="10"))
+
+    assert form_errors(response) == {
+        "soft_time_limit": [
+            "Must be below the time limit (10 s): the job is asked to finish before it is killed."
+        ]
+    }
+    assert not Job.objects.exists()

@@ -1,7 +1,8 @@
-"""Property-based fuzzing of the admin's job form (hypothesis, through the Django test client):
-whatever each field holds, the add and change pages answer a redirect (saved) or the form again
-with errors on the fields at fault; never a 500, never a traceback (the test client re-raises
-any exception a view lets through)."""
+"""Property-based fuzzing of the admin's job and blackout forms (hypothesis, through the Django
+test client): whatever each field holds (control characters, NUL, very long values), the add and
+change pages answer a redirect (saved, and no saved name holds a control character) or the form
+again with errors on the fields at fault; never a 500, never a traceback (the test client
+re-raises any exception a view lets through)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from hypothesis import strategies as st
 from jobs import services
 from jobs.audit import Actor
 from jobs.forms import JobForm
-from jobs.models import Job
+from jobs.models import Blackout, Job
+from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
 from tests.support.forms import job_form_data
 
@@ -23,6 +25,9 @@ pytestmark = pytest.mark.django_db
 
 TASK = "tests.record"  # registered by tests/support/jobs_under_test.py; takes log and seconds
 
+# Control characters, which no name that is printed or routed may hold (jobs.names), and the
+# NUL, which no text PostgreSQL stores may hold.
+CONTROL = ["\x00", "a\x00b", "a\nb", "a\rb", "\n", "a\u2028b", "a\u2029b", "\x1b[2J", "a\x85b"]
 # A valid job to start each example from: every example then spoils one to three fields of
 # one kind with values that broke an edge once or sit on a limit, or with random text.
 VALID: dict[str, str] = job_form_data(
@@ -65,12 +70,15 @@ SPOILED_TOGETHER: dict[str, tuple[list[str], list[str]]] = {
             "America",
             "Etc",
             "Europe/Paris\x00",
+            "localtime",
+            "posixrules",
             "../../etc/passwd",
             "Z" * 5000,
             "-5m",
             "0s",
             "99999999999w",
             "0001-01-01",
+            "1900-01-01",
             "9999-12-31",
             "23:59:59",
             "24:00",
@@ -87,11 +95,21 @@ SPOILED_TOGETHER: dict[str, tuple[list[str], list[str]]] = {
             "min_hold",
             "priority",
         ],
-        ["-1", "0", "1", "3", "2147483648", "9" * 5000, "1e400", "NaN", "1.5", "٣"],
+        ["-1", "0", "1", "3", "86401", "2147483648", "9" * 5000, "1e400", "NaN", "1.5", "٣"],
     ),
     "text": (
-        ["name", "task", "queue", "overlap", "catch_up", "on_lost", "enabled", "alert_channels"],
-        ["", " ", "\x00", "a\x00b", "a/b", "A" * 5000, "os.system", "tests.by_city"],
+        [
+            "name",
+            "task",
+            "queue",
+            "holiday_calendar",
+            "overlap",
+            "catch_up",
+            "on_lost",
+            "enabled",
+            "alert_channels",
+        ],
+        ["", " ", "a/b", "A" * 5000, "os.system", "tests.by_city", *CONTROL],
     ),
 }
 # Text as a browser may post it: encodable in UTF-8 (no lone surrogates).
@@ -134,11 +152,54 @@ def test_the_job_form_answers_every_input_with_a_page_and_field_errors(admin_cli
 
         assert response.status_code in (200, 302), response.status_code
         if response.status_code == 302:
-            assert Job.objects.filter(name=data["name"].strip()).exists()
+            saved = Job.objects.get(name=data["name"].strip())
+            assert not has_control_character(saved.name + saved.queue + saved.holiday_calendar)
             return
         errors = response.context["adminform"].form.errors
         assert errors, "a page shown again must say what is wrong"
         for key, messages in errors.items():
             assert key in fields or (key == "__all__" and all(_named(m, fields) for m in messages))
+
+    post()
+
+
+def test_the_blackout_form_answers_every_input_with_a_page_and_field_errors(
+    admin_client: Any,
+) -> None:
+    existing = services.create_job(
+        services.JobDefinition(name="existing", task=TASK, schedule=Every(60), kwargs={"log": "-"}),
+        actor=Actor.code("tests"),
+    )
+    url = reverse("admin:jobs_blackout_add")
+    hostile = st.one_of(st.sampled_from(["", " ", "a/b", "A" * 5000, "freeze", *CONTROL]), TEXT)
+    instants = st.one_of(st.sampled_from(["2030-01-01", "00:00:00", "9999-12-31", ""]), TEXT)
+
+    @settings(
+        max_examples=80,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        name=hostile,
+        description=hostile,
+        job=st.one_of(st.sampled_from(["", str(existing.pk), "999999", "\x00"]), TEXT),
+        starts=instants,
+    )
+    def post(name: str, description: str, job: str, starts: str) -> None:
+        data = {
+            "name": name, "description": description, "job": job,
+            "starts_at_0": starts, "starts_at_1": "00:00:00",
+            "ends_at_0": "2031-01-01", "ends_at_1": "00:00:00",
+        }  # fmt: skip
+        response = admin_client.post(url, data)
+
+        assert response.status_code in (200, 302), response.status_code
+        if response.status_code == 302:
+            saved = Blackout.objects.get(name=name.strip())
+            assert not has_control_character(saved.name)
+            return
+        errors = response.context["adminform"].form.errors
+        assert errors and set(errors) <= {"name", "description", "job", "starts_at", "ends_at"}
 
     post()

@@ -115,6 +115,11 @@ def test_an_entry_without_a_queue_keeps_its_tasks_routing() -> None:
         pytest.param({"kwargs": "{oops"}, "its kwargs are not JSON", id="kwargs-json"),
         pytest.param({"args": '{"a": 1}'}, "its args must be a JSON list", id="args-type"),
         pytest.param({"priority": 200}, "priority: Ensure this value is less than", id="priority"),
+        pytest.param({"queue": "a\nb"}, "queue: A queue name cannot contain", id="queue"),
+        pytest.param({"exchange": "a\rb"}, "exchange: An exchange name cannot", id="exchange"),
+        pytest.param(
+            {"routing_key": "a\u2028b"}, "routing_key: A routing key cannot", id="routing-key"
+        ),
     ],
 )
 def test_an_entry_that_cannot_be_adopted_is_reported_with_its_reason(

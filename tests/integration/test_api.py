@@ -19,12 +19,22 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 from django.test import Client
 from django.utils import timezone
+from django_celery_beat.models import ClockedSchedule
 
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
 from jobs.guard.runner import execute_run
-from jobs.models import ApiToken, Job, JobRun, RunStatus, Trigger
-from jobs.schedule.kinds import Every
+from jobs.models import (
+    ApiToken,
+    AuditAction,
+    AuditEntry,
+    Blackout,
+    Job,
+    JobRun,
+    RunStatus,
+    Trigger,
+)
+from jobs.schedule.kinds import At, Every
 from jobs.web import tokens
 
 pytestmark = pytest.mark.django_db
@@ -308,6 +318,41 @@ def test_a_trigger_body_gives_the_run_its_own_kwargs(
     assert JobRun.objects.count() == 1, "a refused trigger records nothing"
 
 
+def test_the_same_key_with_another_body_is_a_422_naming_the_key(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    make_job("report", task="tests.record", kwargs={"log": "/dev/null"})
+
+    def post(body: str | None, key: str = "order-42") -> Any:
+        if body is None:
+            return api.post("/api/jobs/report/runs", headers={"idempotency-key": key})
+        return api.post(
+            "/api/jobs/report/runs",
+            data=body,
+            content_type="application/json",
+            headers={"idempotency-key": key},
+        )
+
+    first = post('{"kwargs": {"log": "/dev/null", "seconds": 0.01}}')
+    # The same request, its keys in another order and spaced otherwise: replayed.
+    same = post('{"kwargs":{"seconds":0.01,"log":"/dev/null"}}')
+    other = post('{"kwargs": {"log": "/dev/null", "seconds": 0.02}}')
+    bare = post(None)
+
+    assert (first.status_code, same.status_code) == (201, 200)
+    assert same.json()["id"] == first.json()["id"] and same["Idempotent-Replayed"] == "true"
+    for refused in (other, bare):
+        assert refused.status_code == 422
+        error = refused.json()
+        assert list(error["fields"]) == ["Idempotency-Key"]
+        assert "Idempotency-Key 'order-42' was already used" in error["error"]
+    (run,) = JobRun.objects.filter(job__name="report")
+    assert run.kwargs == {"log": "/dev/null", "seconds": 0.01}
+    assert AuditEntry.objects.filter(action=AuditAction.RUN_NOW).count() == 1
+    # Another key is another request.
+    assert post(None, "order-43").status_code == 201
+
+
 def test_the_database_refuses_a_second_run_with_one_key(make_job: Callable[..., Job]) -> None:
     job = make_job("report")
     now = timezone.now()
@@ -391,6 +436,23 @@ def test_patch_policies_makes_the_job_the_operators(
     assert job.periodic_task is not None  # the schedule is untouched
 
 
+def test_a_one_off_job_whose_time_passed_can_still_be_edited(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    # A one-off time past its start deadline is refused when it is given, not when it is kept.
+    job = make_job("once", schedule=At(timezone.now() + timedelta(hours=1)))
+    long_ago = timezone.now() - timedelta(days=1)
+    ClockedSchedule.objects.filter(periodictask__job=job).update(clocked_time=long_ago)
+
+    response = api.patch("/api/jobs/once", {"max_retries": 2}, content_type="application/json")
+
+    assert response.status_code == 200, response.json()
+    stored = Job.objects.select_related("periodic_task__clocked").get(name="once")
+    assert stored.max_retries == 2
+    assert stored.periodic_task is not None and stored.periodic_task.clocked is not None
+    assert stored.periodic_task.clocked.clocked_time == long_ago
+
+
 def test_patch_enabled_alone_is_a_pause_not_an_edit(
     api: Client, make_job: Callable[..., Job]
 ) -> None:
@@ -418,7 +480,10 @@ def test_patch_enabled_alone_is_a_pause_not_an_edit(
         ('{"max_retries": 101}', ["max_retries"]),
         ('{"priority": 10}', ["priority"]),
         ('{"queue": "' + "q" * 101 + '"}', ["queue"]),
-        ('{"soft_time_limit": 60, "time_limit": 30}', ["body"]),
+        ('{"lease_ttl": 2147483647}', ["lease_ttl"]),
+        ('{"queue": "re\\nports"}', ["queue"]),
+        ('{"queue": "re\\u2028ports"}', ["queue"]),
+        ('{"soft_time_limit": 60, "time_limit": 30}', ["soft_time_limit"]),
         ("[" * 100_000 + "]" * 100_000, ["body"]),
         ('{"enabled": ' + "[" * 100_000 + "]" * 100_000 + "}", ["body"]),
         ('{"priority": ' + "9" * 5000 + "}", ["body"]),
@@ -437,6 +502,58 @@ def test_bad_patch_bodies_are_400_with_field_errors(
     assert response.status_code == 400
     assert sorted(response.json()["fields"]) == sorted(fields)
     assert Job.objects.get(name="report").updated_at == before
+
+
+def test_a_name_with_a_control_character_is_a_400_naming_the_field(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    # Issue 29: PATCH {"queue": "a\nb"} was accepted; its runs were never consumed.
+    make_job("report")
+    window = {"starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-02T00:00:00Z"}
+
+    queue = api.patch("/api/jobs/report", {"queue": "a\nb"}, content_type="application/json")
+    blackout = api.post(
+        "/api/blackouts", {**window, "name": "a\nb"}, content_type="application/json"
+    )
+
+    assert queue.status_code == blackout.status_code == 400
+    assert queue.json()["fields"] == {
+        "queue": ["A queue name cannot contain a line break or another control character."]
+    }
+    assert blackout.json()["fields"] == {
+        "name": ["A blackout window's name cannot contain a line break or another control "
+                 "character."]
+    }  # fmt: skip
+    assert Job.objects.get(name="report").queue == "default"
+    assert not Blackout.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        # Issue 29: a check constraint's name under "body", and a range no broker honours.
+        (
+            {"soft_time_limit": 60, "time_limit": 30},
+            "soft_time_limit",
+            "Must be below the time limit (30 s): the job is asked to finish before it is killed.",
+        ),
+        ({"priority": -1}, "priority", "must be between 0 and 9"),
+        ({"priority": 10}, "priority", "must be between 0 and 9"),
+        ({"lease_ttl": 2147483647}, "lease_ttl", "must be between 3 and 86400"),
+        ({"max_retries": -1}, "max_retries", "must be between 0 and 100"),
+    ],
+)
+def test_a_bad_policy_is_a_400_saying_what_the_field_takes(
+    api: Client, make_job: Callable[..., Job], body: dict[str, int], field: str, message: str
+) -> None:
+    make_job("report")
+
+    response = api.patch("/api/jobs/report", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["fields"] == {field: [message]}
+    stored = Job.objects.get(name="report")
+    assert all(getattr(stored, name) != value for name, value in body.items())
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -519,6 +636,24 @@ def test_unknown_api_paths_are_json_404(api: Client) -> None:
         response = api.get(path)
         assert response.status_code == 404, path
         assert response["Content-Type"] == "application/json"
+
+
+def test_a_nul_or_a_huge_number_in_a_path_is_a_json_404(api: Client) -> None:
+    # Issue 29: DELETE /api/blackouts/a%00b was a 500 (PostgreSQL text cannot hold NUL).
+    # tests/integration/test_api_fuzz.py fuzzes every route's path parameters.
+    for method, path in [
+        ("DELETE", "/api/blackouts/a%00b"),
+        ("DELETE", "/api/blackouts/%00"),
+        ("GET", "/api/runs/" + "9" * 5000),
+    ]:
+        response = api.generic(method, path)
+        assert response.status_code == 404, path
+        assert response["Content-Type"] == "application/json"
+    # The CLI's removals of the same names: no such window or token (exit status 1).
+    for command in (("jobs", "blackout", "remove", "a\x00b"), ("apitoken", "revoke", "\x00")):
+        with pytest.raises(CommandError, match=r"no (blackout window|token) named") as info:
+            call_command(*command, stdout=io.StringIO(), stderr=io.StringIO())
+        assert info.value.returncode == 1
 
 
 def test_the_apitoken_command_prints_the_secret_once() -> None:

@@ -17,6 +17,7 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 from django.utils import timezone
+from django_celery_beat.models import ClockedSchedule
 
 from jobs import services
 from jobs.audit import Actor
@@ -273,11 +274,20 @@ def test_slots_before_the_last_edit_are_not_owed(
     ]
 
 
+def _one_off(make_job: Callable[..., Job], name: str, when: datetime) -> Job:
+    """A one-off job whose time is ``when``, already past: made for later (a time already past
+    its start deadline is refused), then moved back, as time passing while no beat ran leaves
+    it."""
+    job = make_job(name, schedule=At(timezone.now() + timedelta(hours=1)), queue=QUEUE)
+    ClockedSchedule.objects.filter(periodictask__job=job).update(clocked_time=when)
+    return job
+
+
 def test_a_one_off_that_passed_while_no_beat_ran_is_recorded(
     make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
 ) -> None:
-    soon = make_job("soon", schedule=At(clock.now - timedelta(seconds=30)), queue=QUEUE)
-    long_ago = make_job("long-ago", schedule=At(clock.now - timedelta(hours=2)), queue=QUEUE)
+    soon = _one_off(make_job, "soon", clock.now - timedelta(seconds=30))
+    long_ago = _one_off(make_job, "long-ago", clock.now - timedelta(hours=2))
     _beat(clock)
     assert JobRun.objects.get(job=soon).status == RunStatus.SCHEDULED
     missed = JobRun.objects.get(job=long_ago)

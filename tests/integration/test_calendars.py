@@ -212,6 +212,11 @@ def test_cli_adds_lists_and_removes_blackouts_audited(make_job: Callable[..., Jo
     with pytest.raises(CommandError) as info:
         jobs("blackout", "add", "x", "--from", "2026-12-20T00:00Z", "--until", "2026-12-19Z")
     assert "--until" in str(info.value)
+    with pytest.raises(CommandError) as info:
+        jobs("blackout", "add", "x", "--from", "2026-12-20T00:00Z", "--until", "2027-01-04Z",
+             "--job", "nope")  # fmt: skip
+    assert str(info.value) == "jobs blackout add: error: --job: no job named 'nope'"
+    assert info.value.returncode == 2
 
 
 def test_cli_sets_a_job_s_calendar_and_names_a_bad_one(make_job: Callable[..., Job]) -> None:
@@ -247,7 +252,8 @@ def test_api_blackouts_and_a_job_s_calendar(make_job: Callable[..., Job]) -> Non
     unknown_job = api.post(
         "/api/blackouts", {**window, "name": "c", "job": "nope"}, content_type="application/json"
     )
-    assert unknown_job.status_code == 404
+    assert unknown_job.status_code == 400
+    assert unknown_job.json()["fields"] == {"job": ["no job named 'nope'"]}
     assert [w["name"] for w in api.get("/api/blackouts").json()["results"]] == ["freeze"]
     assert api.delete("/api/blackouts/freeze").status_code == 204
     assert api.delete("/api/blackouts/freeze").status_code == 404

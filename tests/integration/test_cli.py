@@ -23,7 +23,7 @@ from pytest_django import DjangoCaptureOnCommitCallbacks
 from jobs import dispatch, job
 from jobs.context import JobContext
 from jobs.guard import lease
-from jobs.models import Job, JobRun, Node, RunStatus, Trigger
+from jobs.models import ApiToken, Blackout, Job, JobRun, Node, RunStatus, Trigger
 
 MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
 
@@ -171,6 +171,15 @@ def test_add_at_creates_a_one_off_clocked_entry() -> None:
     assert job.periodic_task is not None and job.periodic_task.clocked is not None
     assert job.periodic_task.clocked.clocked_time == datetime(2030, 1, 1, 9, tzinfo=UTC)
     assert job.periodic_task.one_off is True
+
+
+@pytest.mark.django_db
+def test_a_one_off_time_a_moment_past_is_within_its_start_deadline() -> None:
+    # Only a time past the start deadline is refused: this one still runs, late.
+    when = timezone.now().replace(microsecond=0) - timedelta(seconds=30)
+    job = add("just-now", "--at", when.isoformat())
+    assert job.periodic_task is not None and job.periodic_task.clocked is not None
+    assert job.periodic_task.clocked.clocked_time == when
 
 
 @pytest.mark.django_db
@@ -343,7 +352,8 @@ BAD_ADD_INPUT = [
     ),
     pytest.param(
         ["--every", "10s", "--soft-time-limit", "1m", "--time-limit", "30s"],
-        "jobs add: error: --soft-time-limit: must be below --time-limit (30s)",
+        "jobs add: error: --soft-time-limit: Must be below the time limit (30 s): the job is "
+        "asked to finish before it is killed.",
         id="soft-limit-above-hard",
     ),
     # Hostile values (issue 10): each one line naming its flag, never a traceback.
@@ -376,6 +386,34 @@ BAD_ADD_INPUT = [
         ["--at", "0001-01-01T00:00:00+14:00"],
         "jobs add: error: --at: 0001-01-01T00:00:00+14:00 is out of range in UTC",
         id="at-out-of-range",
+    ),
+    # Bounded to what makes sense (issue 29): each was accepted.
+    pytest.param(
+        ["--at", "1900-01-01T00:00Z"],
+        "jobs add: error: --at: 1900-01-01T00:00:00+00:00 is past, by more than the start "
+        "deadline (300 s): its run could only be recorded missed. Give a later time, or run the "
+        "job now.",
+        id="at-in-the-past",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "localtime"],
+        "jobs add: error: --tz: 'localtime' is not a known time zone",
+        id="tz-localtime",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "posixrules"],
+        "jobs add: error: --tz: 'posixrules' is not a known time zone",
+        id="tz-posixrules",
+    ),
+    pytest.param(
+        ["--cron", "0 * * * *", "--tz", "posix/Europe/Paris"],
+        "jobs add: error: --tz: 'posix/Europe/Paris' is not a known time zone",
+        id="tz-posix-folder",
+    ),
+    pytest.param(
+        ["--every", "10s", "--lease-ttl", "2d"],
+        "jobs add: error: --lease-ttl: Ensure this value is less than or equal to 86400.",
+        id="lease-ttl-over-a-day",
     ),
     pytest.param(
         ["--every", "10s", "--kwargs", '{"city": "\\u0000"}'],
@@ -414,6 +452,25 @@ BAD_ADD_INPUT = [
         "jobs add: error: --queue: Null characters are not allowed.",
         id="queue-nul",
     ),
+    # Names that are printed or routed hold no control character (issue 29: a queue "a\nb" split
+    # `jobs list` and its runs were never consumed).
+    pytest.param(
+        ["--every", "10s", "--queue", "re\nports"],
+        "jobs add: error: --queue: A queue name cannot contain a line break or another control "
+        "character.",
+        id="queue-line-break",
+    ),
+    pytest.param(
+        ["--every", "10s", "--queue", "re\u2028ports"],
+        "jobs add: error: --queue: A queue name cannot contain a line break",
+        id="queue-line-separator",
+    ),
+    pytest.param(
+        ["--every", "1m", "--task", "tests.by_city", "--kwargs", '{"log": "-", "city": "a\\nb"}'],
+        "jobs add: error: --kwargs: The lock key of tests.by_city contains a line break or another "
+        "control character with these arguments.",
+        id="lock-key-line-break",
+    ),
     pytest.param(
         ["--every", "10s", "--colour", "red"],
         "jobs add: error: unrecognized arguments: --colour red",
@@ -432,6 +489,27 @@ def test_bad_add_input_is_one_line_naming_the_flag_with_status_2(
     assert "\n" not in str(error)
     assert error.returncode == 2
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["a\nb", "a\rb", "a\u2028b", "a\u2029b", "\x1b[31mred", "a\x85b"])
+def test_a_window_or_token_name_with_a_control_character_is_refused_naming_it(name: str) -> None:
+    window = jobs_error(
+        "blackout", "add", name, "--from", "2030-01-01T00:00Z", "--until", "2030-01-02T00:00Z"
+    )
+    with pytest.raises(CommandError) as token:
+        call_command("apitoken", "create", name, stdout=io.StringIO())
+
+    assert str(window) == (
+        "jobs blackout add: error: NAME: A blackout window's name cannot contain a line break or "
+        "another control character."
+    )
+    assert (window.returncode, token.value.returncode) == (2, 2)
+    assert str(token.value) == (
+        "apitoken create: NAME: A token name cannot contain a line break or another control "
+        "character."
+    )
+    assert not Blackout.objects.exists() and not ApiToken.objects.exists()
 
 
 @pytest.mark.django_db

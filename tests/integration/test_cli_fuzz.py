@@ -1,7 +1,9 @@
-"""Property-based fuzzing of ``manage.py jobs add`` and ``jobs run`` (hypothesis, in process
-through ``call_command``): whatever the flags hold, the command either does its work or fails
-with one line ``jobs VERB: error: ...`` that names the flag (or NAME) at fault and exit status
-2 (1 for a job that does not exist); never a traceback (any other exception fails the test)."""
+"""Property-based fuzzing of ``manage.py jobs add``, ``jobs run``, ``jobs blackout add|remove``
+and ``apitoken create|revoke`` (hypothesis, in process through ``call_command``): whatever the
+flags hold (control characters, NUL, very long values), the command either does its work (and no
+name it stored holds a control character) or fails with one line ``... error: ...`` that names
+the flag (or NAME) at fault and exit status 2 (1 for a job, window or token that does not
+exist); never a traceback (any other exception fails the test)."""
 
 from __future__ import annotations
 
@@ -16,13 +18,17 @@ from hypothesis import strategies as st
 
 from jobs import services
 from jobs.audit import Actor
-from jobs.models import Job
+from jobs.models import ApiToken, Blackout, Job
+from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
 
 pytestmark = pytest.mark.django_db
 
 TASK = "tests.record"  # registered by tests/support/jobs_under_test.py; takes log and seconds
 
+# Control characters, which no name that is printed or routed may hold (jobs.names), and the
+# NUL, which no text PostgreSQL stores may hold.
+CONTROL = ["\x00", "a\x00b", "a\nb", "a\rb", "\n", "a\u2028b", "a\u2029b", "\x1b[2J", "a\x85b"]
 SCHEDULES = {
     "--every": ["10s", "-5s", "0", "1.5s", "99999999999w", "9" * 5000, "soon"],
     "--cron": [
@@ -42,10 +48,14 @@ SCHEDULES = {
         "0001-01-01",
         "tomorrow",
         "2030-02-30T00:00Z",
+        "1900-01-01T00:00Z",
     ],
 }
 OPTIONS = {
-    "--tz": ["Europe/Paris", "America", "Etc", "Europe/Paris\x00", "../x", "Z" * 5000, ""],
+    "--tz": [
+        *("Europe/Paris", "America", "Etc", "Europe/Paris\x00", "../x", "Z" * 5000, ""),
+        *("localtime", "posixrules", "posix/Europe/Paris", "right/UTC"),
+    ],
     "--args": ["[]", "[1]", "{}", "[", "[" * 5000 + "]" * 5000, "[" + "9" * 5000 + "]"],
     "--kwargs": [
         '{"log": "-"}',
@@ -67,25 +77,14 @@ OPTIONS = {
     "--retry-backoff": ["10s", "0s", "2147483648"],
     "--soft-time-limit": ["30s", "1h", "0"],
     "--time-limit": ["60s", "10s", "-1s"],
-    "--lease-ttl": ["30s", "1s", "2147483648"],
+    "--lease-ttl": ["30s", "1s", "1d", "2d", "2147483648"],
     "--min-hold": ["0", "1m", "1w"],
-    "--queue": ["default", "", "\x00", "q" * 101],
+    "--queue": ["default", "", "q" * 101, *CONTROL],
+    "--holiday-calendar": ["US", "DE-BY", "XX", *CONTROL],
     "--priority": ["0", "9", "10", "-1", "x"],
     "--colour": ["red"],  # not a flag of ours
 }
-NAMES = [
-    "existing",
-    "",
-    " ",
-    "a/b",
-    "\x00",
-    "a\x00b",
-    "a\nb",
-    "a\u2028b",
-    "N" * 191,
-    "-",
-    "--every",
-]
+NAMES = ["existing", "", " ", "a/b", "N" * 191, "-", "--every", *CONTROL]
 # Any text a script could pass: encodable in UTF-8 (no lone surrogates).
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=30)
 # A valid command to start each example from: every example then spoils one or two flags (a
@@ -161,8 +160,60 @@ def test_jobs_add_and_run_answer_every_input_with_work_or_one_line_naming_the_fl
         assert printed.count("\n") == 1, printed
         if argv[0] == "add":
             assert printed.startswith("added job ")
-            Job.objects.get(name=argv[1])
+            saved = Job.objects.get(name=argv[1])
+            assert not has_control_character(saved.name + saved.queue + saved.holiday_calendar)
         else:
             assert printed.strip().isdigit()
+
+    call()
+
+
+@st.composite
+def window_and_token_commands(draw: st.DrawFn) -> list[str]:
+    name = draw(value(["freeze", "", " ", "a/b", "N" * 101, *CONTROL]))
+    verb = draw(st.sampled_from(["blackout add", "blackout remove", "apitoken create",
+                                 "apitoken revoke"]))  # fmt: skip
+    if verb == "blackout add":
+        flags = {"--from": "2030-01-01T00:00Z", "--until": "2030-01-02T00:00Z"}
+        for flag in draw(st.lists(st.sampled_from(["--from", "--until", "--job", "--description"]),
+                                  max_size=2, unique=True)):  # fmt: skip
+            choices = {"--job": ["existing", "nope"], "--description": ["why", "a\nb"]}
+            flags[flag] = draw(value([*choices.get(flag, ["2030-01-01T00:00Z"]), *CONTROL]))
+        return ["jobs", "blackout", "add", name, *itertools.chain(*flags.items())]
+    command, action = verb.split()
+    return ["jobs", "blackout", action, name] if command == "blackout" else [command, action, name]
+
+
+def test_windows_and_tokens_answer_every_input_with_work_or_one_line_naming_the_argument() -> None:
+    services.create_job(
+        services.JobDefinition(name="existing", task=TASK, schedule=Every(60), kwargs={"log": "-"}),
+        actor=Actor.code("tests"),
+    )
+
+    @settings(
+        max_examples=150,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(argv=window_and_token_commands())
+    def call(argv: list[str]) -> None:
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            call_command(*argv, stdout=out, stderr=err)
+        except CommandError as exc:
+            line = str(exc)
+            assert "\n" not in line, line
+            if argv[-2] in ("remove", "revoke"):
+                assert exc.returncode == 1 and " named " in line, line
+            else:
+                assert exc.returncode == 2, line
+                assert "NAME: " in line or "--" in line, line
+            return
+        assert out.getvalue().count("\n") == 1, out.getvalue()
+        for window in Blackout.objects.all():
+            assert not has_control_character(window.name)
+        for token in ApiToken.objects.all():
+            assert not has_control_character(token.name)
 
     call()

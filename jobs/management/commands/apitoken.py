@@ -48,7 +48,7 @@ class Command(BaseCommand):
                     expires_in=_seconds(options["expires"]),
                 )
             except ValidationError as exc:
-                detail = "; ".join(" ".join(m) for m in exc.message_dict.values())
+                detail = cli.validation_detail(exc, {"name": "NAME"})
                 raise CommandError(f"apitoken create: {detail}", returncode=2) from None
             # The secret alone on stdout, so `TOKEN=$(manage.py apitoken create ci)` works.
             self.stdout.write(secret)

@@ -348,10 +348,6 @@ class Command(BaseCommand):
 
     def _verb_add(self, options: dict[str, Any]) -> None:
         schedule = _schedule(options)
-        soft, hard = options["soft_time_limit"], options["time_limit"]
-        if soft is not None and hard is not None and soft >= hard:
-            # The model's check constraint says only its own name; say which flags clash.
-            raise cli.CliError("add", f"--soft-time-limit: must be below --time-limit ({hard}s)")
         definition = services.JobDefinition(
             name=options["name"],
             task=options["task"],
@@ -482,7 +478,10 @@ class Command(BaseCommand):
                 description=options["description"],
             )
         except ValidationError as exc:
-            flags = {"name": "NAME", "starts_at": "--from", "ends_at": "--until"}
+            flags = {
+                "name": "NAME", "job": "--job", "starts_at": "--from", "ends_at": "--until",
+                "description": "--description",
+            }  # fmt: skip
             raise cli.CliError("blackout add", cli.validation_detail(exc, flags)) from None
         scope = window.job.name if window.job else "every job"
         self.stdout.write(
