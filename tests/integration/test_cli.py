@@ -170,8 +170,9 @@ def test_add_and_show_say_both_day_fields_must_match() -> None:
     assert out == f"added job first-monday: {words}\n"
     assert f"schedule            {words}" in jobs("show", "first-monday").splitlines()
     assert jobs_json("show", "first-monday")["schedule"] == words
-    crontab = Job.objects.get(name="first-monday").periodic_task.crontab
-    assert (crontab.day_of_month, crontab.day_of_week) == ("1-7", "mon")  # stored as typed
+    entry = Job.objects.get(name="first-monday").periodic_task
+    assert entry is not None and entry.crontab is not None
+    assert (entry.crontab.day_of_month, entry.crontab.day_of_week) == ("1-7", "mon")  # as typed
     assert jobs("add", "weekdays", "--task", "tests.cli_example", "--cron", "0 9 * * 1-5") == (
         "added job weekdays: At 09:00 AM, Monday through Friday (UTC)\n"
     )

@@ -70,7 +70,7 @@ def celery_walls(schedule: TzAwareCrontab, after: datetime) -> Iterator[datetime
 
 def celery_matches(schedule: TzAwareCrontab, after: datetime, until: datetime) -> list[datetime]:
     """Celery's wall times in (after, until], at most ``MATCHES`` of them."""
-    found = []
+    found: list[datetime] = []
     for wall in celery_walls(schedule, after):
         if wall > until or len(found) == MATCHES:
             break
@@ -235,7 +235,7 @@ def test_slots_are_the_minutes_celerys_crontab_matches(expr: str, tz: str, start
 
 
 def slots_between(schedule: Cron, start: datetime, end: datetime) -> list[datetime]:
-    found = []
+    found: list[datetime] = []
     current = next_slot(schedule, start - timedelta(microseconds=1))
     while current is not None and current < end:
         found.append(current)
