@@ -381,21 +381,30 @@ def _cron_in_words(expr: str) -> tuple[str, str]:
     restricted, a note that a day must match both (cron_descriptor's words do not say, and
     Unix cron would run on either).
 
-    A field is described as typed when croniter (whose syntax cron_descriptor reads) gives it
-    Celery's values, so ``*/15`` stays "every 15 minutes"; otherwise (``1-5-7``, ``sunday``, a
-    step as wide as the field) by its canonical form, so the words say what runs."""
+    A field is described as typed when it is plain cron (``*/15``, ``1-5``, ``mon-fri``) that
+    croniter, whose syntax cron_descriptor reads, gives Celery's values, so ``*/15`` stays "every
+    15 minutes"; otherwise (``1-5-7``, ``sunday``, ``*/15,5``, a step as wide as the field) by
+    its canonical form, so the words say what runs. cron_descriptor fails on some forms it
+    should read: then the canonical form is described."""
     typed = expr.split()
     canonical = canonical_cron(expr).split()
-    shown = " ".join(
+    shown = [
         _shown_field(index, text, meant)
         for index, (text, meant) in enumerate(zip(typed, canonical, strict=True))
-    )
-    words = get_description(shown)
+    ]
+    for candidate in dict.fromkeys([" ".join(shown), " ".join(canonical)]):
+        try:
+            words = get_description(candidate)
+            descriptor = ExpressionDescriptor(candidate)
+            day_of_month = descriptor.get_day_of_month_description().removeprefix(", ")
+            day_of_week = descriptor.get_day_of_week_description().removeprefix(", ")
+        except Exception:  # cron_descriptor raises its own and Python's errors alike
+            continue
+        break
+    else:  # pragma: no cover - cron_descriptor read every canonical form fuzzed
+        words, day_of_month, day_of_week = f"cron {' '.join(canonical)}", canonical[2], canonical[4]
     if typed[2] == "*" or typed[4] == "*":
         return words, ""
-    descriptor = ExpressionDescriptor(shown)
-    day_of_month = descriptor.get_day_of_month_description().removeprefix(", ")
-    day_of_week = descriptor.get_day_of_week_description().removeprefix(", ")
     note = (
         " — only on days that match both the day of month "
         f"({day_of_month or 'any'}) and the day of week "
@@ -405,9 +414,17 @@ def _cron_in_words(expr: str) -> tuple[str, str]:
     return words, note
 
 
+# A part of a field in plain cron: *, */n, a number or a name, a range of either, with a step.
+_PLAIN_PART = re.compile(r"\*(/\d+)?|(\d+(-\d+)?|[a-z]{3}(-[a-z]{3})?)(/\d+)?", re.IGNORECASE)
+
+
 def _shown_field(index: int, text: str, canonical: str) -> str:
     if text == canonical:
         return text
+    parts = text.split(",")
+    plain = all(_PLAIN_PART.fullmatch(part) for part in parts) and text.isascii()
+    if not plain or (len(parts) > 1 and "*" in text):
+        return canonical  # cron_descriptor says "every 15,5 minutes" for */15,5
     size = CELERY_FIELD_RANGES[index][0]
     if any(int(step) >= size for step in re.findall(r"/(\d+)", text)):
         return canonical  # cron_descriptor would say "every 100 minutes" for minute 0

@@ -24,7 +24,7 @@ from django_celery_beat.tzcrontab import TzAwareCrontab
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from jobs.schedule.kinds import CRON_HORIZON_YEARS, Cron, canonical_cron
+from jobs.schedule.kinds import CRON_HORIZON_YEARS, Cron, canonical_cron, describe
 from jobs.schedule.slots import next_slot
 
 ZONES = ["Europe/Paris", "America/Los_Angeles", "Australia/Sydney", "UTC", "Asia/Kolkata"]
@@ -286,3 +286,24 @@ def test_one_unrestricted_day_field_leaves_the_other_alone() -> None:
         Cron("0 9 1-7 * *"), datetime(2027, 1, 1, tzinfo=UTC), datetime(2028, 1, 1, tzinfo=UTC)
     )
     assert (len(mondays), len(firsts)) == (52, 84)
+
+
+@settings(max_examples=100, deadline=None)
+@given(expr=celery_expressions())
+def test_words_for_any_expression_celery_reads(expr: str) -> None:
+    # cron_descriptor cannot read every form (``Sun-5,*/2``): the canonical form is described
+    # then. The note about both day fields is there exactly when both are restricted.
+    try:
+        schedule = Cron(expr, "Asia/Kolkata")
+    except ValueError:
+        return
+    words = describe(schedule)
+    fields = expr.split()
+    both = "*" not in (fields[2], fields[4])
+    assert (" (Asia/Kolkata) — only on days that match both" in words) == both
+    assert words.endswith("Unix cron would run on either" if both else " (Asia/Kolkata)")
+
+
+def test_words_for_forms_cron_descriptor_cannot_read() -> None:
+    assert describe(Cron("22 16 * * Sun-5,*/2")) == "At 04:22 PM (UTC)"
+    assert describe(Cron("*/15,5 * * * *")) == "At 0, 5, 15, 30, and 45 minutes past the hour (UTC)"
