@@ -69,7 +69,8 @@ class Every:
 
 @dataclass(frozen=True)
 class Cron:
-    """A five-field cron expression evaluated in the IANA time zone ``tz``."""
+    """A five-field cron expression evaluated in the IANA time zone ``tz``, meaning what Celery's
+    crontab means (``canonical_cron``); ``expr`` is kept as typed."""
 
     expr: str
     tz: str = "UTC"

@@ -179,6 +179,13 @@ def test_add_and_show_say_both_day_fields_must_match() -> None:
 
 
 @pytest.mark.django_db
+def test_add_answers_in_words_cron_descriptor_cannot_read() -> None:
+    # Celery reads Sun-5,*/2 (every day); cron_descriptor raised on it, after the job was saved.
+    out = jobs("add", "daily", "--task", "tests.cli_example", "--cron", "22 16 * * Sun-5,*/2")
+    assert out == "added job daily: At 04:22 PM (UTC)\n"
+
+
+@pytest.mark.django_db
 def test_add_cron_without_tz_is_utc() -> None:
     job = add("hourly", "--cron", "0 * * * *")
     assert job.periodic_task is not None and job.periodic_task.crontab is not None
