@@ -4,17 +4,25 @@ A schedule is a small frozen value: ``Every`` (an anchored interval), ``Cron`` (
 expression in a time zone), ``At`` (one instant) or ``Solar`` (a daily solar event at a place).
 Parsing errors are ``ValueError`` with a message meant for a human; the edges attach it to the
 field that was typed.
+
+A cron expression means what Celery's ``crontab`` means (the rows are django-celery-beat's
+crontabs): each field is read by Celery's own parser, and a minute is a slot when *every* field
+matches it, day of month and day of week included (Unix cron runs on either day field when both
+are restricted; Celery needs both). ``canonical_cron`` writes that meaning as an explicit
+expression that croniter evaluates with ``day_or=False``.
 """
 
 from __future__ import annotations
 
 import re
 import zoneinfo
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache, lru_cache
 
-from cron_descriptor import get_description
+from celery.schedules import ParseException, crontab_parser
+from cron_descriptor import ExpressionDescriptor, get_description
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 _DURATION_PART = re.compile(r"(\d+)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
@@ -28,6 +36,15 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_CRON_LENGTH = 200
 CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
 CRON_FIELD_MAX_LENGTHS = (240, 96, 124, 64, 64)
+# How Celery's crontab reads each field: crontab_parser(max_, min_), values min_..min_+max_-1
+# (celery.schedules.crontab.__init__). Day of week: 0 is Sunday, 6 Saturday.
+CELERY_FIELD_RANGES = ((60, 0), (24, 0), (31, 1), (12, 1), (7, 0))
+# Syntax that croniter (and Unix crons) read but Celery's crontab does not is refused, naming the
+# field: a row then means one thing, Celery's (stock celery beat raises on such a row).
+_NOT_CELERY_SYNTAX = (
+    "croniter reads it, Celery's crontab does not: no L, W, # or ?; Sunday is 0 or sun, not 7; "
+    "5-59/15, not 5/15"
+)
 # A cron that matches no date (30 February) would stop the beat that asks for its next slot, so
 # it is refused: it must fire within this many years. (A five-field cron that fires at all
 # fires every year, or every leap year for 29 February.)
@@ -52,7 +69,8 @@ class Every:
 
 @dataclass(frozen=True)
 class Cron:
-    """A five-field cron expression evaluated in the IANA time zone ``tz``."""
+    """A five-field cron expression evaluated in the IANA time zone ``tz``, meaning what Celery's
+    crontab means (``canonical_cron``); ``expr`` is kept as typed."""
 
     expr: str
     tz: str = "UTC"
@@ -170,8 +188,11 @@ def parse_interval(text: str | int | float | timedelta) -> Every:
 
 
 def validate_cron(expr: str, tz: str = "UTC") -> str:
-    """The expression with its fields one space apart, if it is five valid cron fields that
-    fire within ``CRON_HORIZON_YEARS`` in the time zone ``tz`` (a valid one)."""
+    """The expression with its fields one space apart, if it is five fields that Celery's crontab
+    reads and that fire within ``CRON_HORIZON_YEARS`` in the time zone ``tz`` (a valid one).
+
+    What was typed is kept (it is what the crontab row stores); ``canonical_cron`` gives its
+    meaning."""
     if len(expr) > MAX_CRON_LENGTH:
         raise ValueError(f"the cron expression is too long: at most {MAX_CRON_LENGTH} characters")
     fields = expr.split()
@@ -184,40 +205,132 @@ def validate_cron(expr: str, tz: str = "UTC") -> str:
         if len(text) > limit:
             raise ValueError(f"the {name} field is too long: at most {limit} characters")
     normalized = " ".join(fields)
-    _check_fires(normalized, tz, datetime.now(UTC).date())
+    try:
+        canonical = canonical_cron(normalized)
+    except ValueError as exc:
+        raise ValueError(f"{normalized!r} is not a valid cron expression: {exc}") from None
+    if not _fires(canonical, tz, datetime.now(UTC).date()):
+        why = "a day the month does not have, such as 30 February?"
+        if canonical.split()[4] != "*":
+            why = (
+                "a day the month does not have, such as 30 February, or days of the month that "
+                "are never one of the days of the week? Both must match, as in Celery's crontab"
+            )
+        raise ValueError(
+            f"{normalized!r} never fires: no date in the next {CRON_HORIZON_YEARS} years matches "
+            f"it ({why})"
+        )
     return normalized
 
 
 @lru_cache(maxsize=4096)
-def _check_fires(expr: str, tz: str, today: date) -> None:
-    """Cached per day: a beat that loads thousands of jobs asks once per distinct schedule,
-    and an answer about the next years does not change within a day."""
+def canonical_cron(expr: str) -> str:
+    """What Celery's crontab means by the five fields of ``expr``, as an explicit expression that
+    croniter reads the same way when it is evaluated with ``day_or=False`` (every field must match:
+    Celery's AND of day of month and day of week).
+
+    Each field goes through Celery's own parser (``crontab_parser``, with crontab's bounds), so
+    every form Celery reads (lists, ranges, wrap-around ranges such as ``fri-mon`` or ``22-2``,
+    steps, day and month names) becomes the set of values Celery matches, written as ``*`` (all
+    of them), ``*/n`` or ascending ranges and numbers. Cached: beats build thousands of ``Cron``
+    values from the same few expressions.
+    """
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(f"{expr!r} is not a cron expression: give five fields")
+    return " ".join(
+        _canonical_field(_celery_values(name, text, size, low), size, low)
+        for name, text, (size, low) in zip(CRON_FIELDS, fields, CELERY_FIELD_RANGES, strict=True)
+    )
+
+
+def _celery_values(name: str, text: str, size: int, low: int) -> set[int]:
     try:
-        croniter.expand(expr)  # the syntax, as croniter.is_valid checks it
-        if not _day_may_not_exist(expr):
-            return
-        # Matching is on wall-clock times (see jobs.schedule.slots), so start from the zone's wall
-        # clock.
-        wall = datetime.combine(today, time(), UTC).astimezone(validate_timezone(tz))
-        matches = croniter(
-            expr, wall.replace(tzinfo=UTC), max_years_between_matches=CRON_HORIZON_YEARS
-        )
+        return crontab_parser(size, low).parse(text)
+    except (ValueError, ParseException) as exc:  # what the parser raises for text it cannot read
+        raise ValueError(_field_refusal(name, text, exc)) from None
+
+
+def _field_refusal(name: str, text: str, exc: Exception) -> str:
+    reason = str(exc).rstrip(".")
+    for pattern, words in _PARSER_MESSAGES:
+        reason = pattern.sub(words, reason)
+    message = f"the {name} field {text!r} is not valid in Celery's crontab: {reason}"
+    if _croniter_reads(name, text):
+        message += f" ({_NOT_CELERY_SYNTAX})"
+    return message
+
+
+# Celery's parser messages, in words (its last try at any token is a weekday name).
+_PARSER_MESSAGES = (
+    (re.compile(r"\AInvalid weekday literal (.*)\Z", re.DOTALL), r"\1 is not a number or a name"),
+    (re.compile(r"\AInvalid end range: (\d+) > (\d+)\Z"), r"\1 is above \2"),
+    (re.compile(r"\AInvalid beginning range: (\d+) < (\d+)\Z"), r"\1 is below \2"),
+)
+
+
+def _croniter_reads(name: str, text: str) -> bool:
+    """Whether croniter accepts ``text`` as the field ``name``: syntax of its own."""
+    fields = ["*"] * 5
+    fields[CRON_FIELDS.index(name)] = text
+    try:
+        croniter.expand(" ".join(fields))
+    except (CroniterError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _canonical_field(values: set[int], size: int, low: int) -> str:
+    if len(values) == size:
+        return "*"
+    ordered = sorted(values)
+    if len(ordered) > 1 and ordered[0] == low:
+        step = ordered[1] - ordered[0]
+        if ordered == list(range(low, low + size, step)):
+            return f"*/{step}"
+    parts: list[str] = []
+    start = previous = ordered[0]
+    for value in ordered[1:]:
+        if value != previous + 1:
+            parts.append(_run(start, previous))
+            start = value
+        previous = value
+    parts.append(_run(start, previous))
+    return ",".join(parts)
+
+
+def _run(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+@lru_cache(maxsize=4096)
+def _fires(canonical: str, tz: str, today: date) -> bool:
+    """Whether ``canonical`` (``canonical_cron``'s form) matches a date within
+    ``CRON_HORIZON_YEARS`` of ``today``. Cached per day: a beat that loads thousands of jobs asks
+    once per distinct schedule, and an answer about the next years does not change within a day."""
+    if not _day_may_not_exist(canonical):
+        return True
+    # Matching is on wall-clock times (see jobs.schedule.slots), so start from the zone's wall
+    # clock.
+    wall = datetime.combine(today, time(), UTC).astimezone(validate_timezone(tz))
+    matches = croniter(
+        canonical,
+        wall.replace(tzinfo=UTC),
+        day_or=False,
+        max_years_between_matches=CRON_HORIZON_YEARS,
+    )
+    try:
         matches.get_next(datetime)
     except CroniterBadDateError:
-        raise ValueError(
-            f"{expr!r} never fires: no date in the next {CRON_HORIZON_YEARS} years matches it "
-            "(a day the month does not have, such as 30 February?)"
-        ) from None
-    except (CroniterError, TypeError):  # croniter raises TypeError for some mixed ranges
-        raise ValueError(f"{expr!r} is not a valid cron expression") from None
+        return False
+    return True
 
 
-def _day_may_not_exist(expr: str) -> bool:
+def _day_may_not_exist(canonical: str) -> bool:
     """Whether the days an expression names might match no date, so that only a search of the
-    calendar can tell. Any day of the month with plain weekdays (or any) matches every month:
-    the common case, answered without the search (which costs about twice the parse)."""
-    _, _, day_of_month, _, day_of_week = expr.split()
-    return day_of_month not in ("*", "?") or "#" in day_of_week
+    calendar can tell. Any day of the month (with any weekdays) matches every month: the common
+    case, answered without the search (which costs about twice the parse)."""
+    return canonical.split()[2] != "*"
 
 
 @cache
@@ -265,12 +378,78 @@ def describe(schedule: Definition | None) -> str:
     if isinstance(schedule, Every):
         return f"every {_describe_seconds(schedule.seconds)}"
     if isinstance(schedule, Cron):
-        words = get_description(schedule.expr)
-        return f"{words} ({schedule.tz})"
+        words, days_note = _cron_in_words(schedule.expr)
+        return f"{words} ({schedule.tz}){days_note}"
     if isinstance(schedule, Solar):
         event = schedule.event.replace("_", " ")
         return f"daily at {event} ({schedule.latitude:g}, {schedule.longitude:g})"
     return f"once at {schedule.when.astimezone(UTC).isoformat()}"
+
+
+@lru_cache(maxsize=1024)
+def _cron_in_words(expr: str) -> tuple[str, str]:
+    """cron_descriptor's words for what Celery's crontab runs, and, when both day fields are
+    restricted, a note that a day must match both (cron_descriptor's words do not say, and
+    Unix cron would run on either).
+
+    A field is described as typed when it is plain cron (``*/15``, ``1-5``, ``mon-fri``) that
+    croniter, whose syntax cron_descriptor reads, gives Celery's values, so ``*/15`` stays "every
+    15 minutes"; otherwise (``1-5-7``, ``sunday``, ``*/15,5``, a step as wide as the field) by
+    its canonical form, so the words say what runs. cron_descriptor fails on some forms it
+    should read: then the canonical form is described."""
+    typed = expr.split()
+    canonical = canonical_cron(expr).split()
+    shown = [
+        _shown_field(index, text, meant)
+        for index, (text, meant) in enumerate(zip(typed, canonical, strict=True))
+    ]
+    for candidate in dict.fromkeys([" ".join(shown), " ".join(canonical)]):
+        try:
+            words = get_description(candidate)
+            descriptor = ExpressionDescriptor(candidate)
+            day_of_month = descriptor.get_day_of_month_description().removeprefix(", ")
+            day_of_week = descriptor.get_day_of_week_description().removeprefix(", ")
+        except Exception:  # cron_descriptor raises its own and Python's errors alike
+            continue
+        break
+    else:  # pragma: no cover - cron_descriptor read every canonical form fuzzed
+        words, day_of_month, day_of_week = f"cron {' '.join(canonical)}", canonical[2], canonical[4]
+    if typed[2] == "*" or typed[4] == "*":
+        return words, ""
+    note = (
+        " — only on days that match both the day of month "
+        f"({day_of_month or 'any'}) and the day of week "
+        f"({day_of_week.removeprefix('only on ') or 'any'}), as in Celery's crontab; "
+        "Unix cron would run on either"
+    )
+    return words, note
+
+
+# A part of a field in plain cron: *, */n, a number or a name, a range of either, with a step.
+_PLAIN_PART = re.compile(r"\*(/\d+)?|(\d+(-\d+)?|[a-z]{3}(-[a-z]{3})?)(/\d+)?", re.IGNORECASE)
+
+
+def _shown_field(index: int, text: str, canonical: str) -> str:
+    if text == canonical:
+        return text
+    parts = text.split(",")
+    plain = all(_PLAIN_PART.fullmatch(part) for part in parts) and text.isascii()
+    if not plain or (len(parts) > 1 and "*" in text):
+        return canonical  # cron_descriptor says "every 15,5 minutes" for */15,5
+    size = CELERY_FIELD_RANGES[index][0]
+    if any(int(step) >= size for step in re.findall(r"/(\d+)", text)):
+        return canonical  # cron_descriptor would say "every 100 minutes" for minute 0
+    try:
+        as_typed, as_meant = (_croniter_values(index, field) for field in (text, canonical))
+    except (CroniterError, TypeError, ValueError):
+        return canonical
+    return text if as_typed == as_meant else canonical
+
+
+def _croniter_values(index: int, text: str) -> Sequence[int | str]:
+    fields = ["*"] * 5
+    fields[index] = text
+    return croniter.expand(" ".join(fields))[0][index]
 
 
 def format_duration(seconds: int) -> str:

@@ -15,7 +15,15 @@ from functools import lru_cache
 from croniter import CroniterBadDateError, croniter
 
 from jobs.schedule import solar
-from jobs.schedule.kinds import At, Cron, Every, Schedule, Solar, validate_timezone
+from jobs.schedule.kinds import (
+    At,
+    Cron,
+    Every,
+    Schedule,
+    Solar,
+    canonical_cron,
+    validate_timezone,
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -33,7 +41,7 @@ def latest_slot(schedule: Schedule, now: datetime) -> datetime | None:
         step = timedelta(seconds=schedule.seconds)
         return anchor + ((now - anchor) // step) * step
     if isinstance(schedule, Cron):
-        return _cron_latest(schedule.expr, schedule.tz, now.astimezone(UTC))
+        return _cron_latest(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
     if isinstance(schedule, At):
         return schedule.when.astimezone(UTC) if schedule.when <= now else None
     if isinstance(schedule, Solar):
@@ -50,7 +58,7 @@ def next_slot(schedule: Schedule, now: datetime) -> datetime | None:
         step = timedelta(seconds=schedule.seconds)
         return anchor + ((now - anchor) // step + 1) * step
     if isinstance(schedule, Cron):
-        return _cron_next(schedule.expr, schedule.tz, now.astimezone(UTC))
+        return _cron_next(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
     if isinstance(schedule, At):
         return schedule.when.astimezone(UTC) if schedule.when > now else None
     if isinstance(schedule, Solar):
@@ -110,6 +118,10 @@ def period_after(schedule: Schedule, slot: datetime) -> timedelta | None:
 
 
 # --- cron in a time zone -------------------------------------------------------------------
+# A slot is a wall-clock minute that Celery's crontab matches: ``expr`` is ``canonical_cron``'s
+# form of what was typed (Celery's reading of each field, written out for croniter), and
+# croniter evaluates it with ``day_or=False``, so every field must match, day of month and day
+# of week included, as in Celery (croniter's default is Unix cron's OR of the two day fields).
 # Cached: thousands of jobs often share an expression and are asked about the same instant
 # (at start-up, or when they all fire at one slot), and croniter costs ~0.1 ms per call.
 
@@ -119,7 +131,7 @@ def _cron_next(expr: str, tz: str, now: datetime) -> datetime:
     zone = validate_timezone(tz)
     wall = _wall(now, zone)
     # instant(wall) <= now, and the mapping is non-decreasing: no earlier wall time can qualify.
-    matches = croniter(expr, _as_fake_utc(wall))
+    matches = croniter(expr, _as_fake_utc(wall), day_or=False)
     for _ in range(_MAX_WALK):
         candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_next, expr)), zone)
         if candidate > now:
@@ -140,7 +152,7 @@ def _cron_latest(expr: str, tz: str, now: datetime) -> datetime:
         assert first_offset is not None and second_offset is not None
         start += first_offset - second_offset
     # croniter's get_prev is strictly before its start; nudge so an exact hit counts.
-    matches = croniter(expr, _as_fake_utc(start + _ONE_MICROSECOND))
+    matches = croniter(expr, _as_fake_utc(start + _ONE_MICROSECOND), day_or=False)
     for _ in range(_MAX_WALK):
         candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_prev, expr)), zone)
         if candidate <= now:

@@ -108,6 +108,18 @@ def test_cron_job_keeps_its_time_zone(admin_client):
     assert str(crontab.timezone) == "Europe/Paris"
 
 
+def test_changelist_says_both_day_fields_must_match(admin_client):
+    make_job("first-monday", Cron(expr="0 9 1-7 * 1", tz="Europe/Paris"))
+
+    page = admin_client.get(CHANGELIST_URL).content.decode()
+
+    assert (
+        "At 09:00 AM, between day 1 and 7 of the month, only on Monday (Europe/Paris) — only on "
+        "days that match both the day of month (between day 1 and 7 of the month) and the day of "
+        "week (Monday), as in Celery&#x27;s crontab; Unix cron would run on either"
+    ) in page
+
+
 def test_one_off_job(admin_client):
     data = form_data(schedule_type="one_off", run_at_0="2030-01-02", run_at_1="09:30:00")
 
@@ -198,6 +210,7 @@ BAD_INPUTS = [
     ),
     pytest.param({"kwargs": '{"city": ' + "[" * 200 + "]" * 200 + "}"}, "kwargs", id="kwargs-deep"),
     pytest.param({"schedule_type": "cron", "cron": "0 0 31 2 *"}, "cron", id="cron-never-fires"),
+    pytest.param({"schedule_type": "cron", "cron": "0 0 * * 1#2"}, "cron", id="cron-croniter-only"),
     pytest.param(
         {"schedule_type": "cron", "cron": "0 0 * * " + ",".join(["1"] * 200)},
         "cron",

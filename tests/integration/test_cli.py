@@ -158,6 +158,36 @@ def test_add_cron_stores_the_fields_and_the_time_zone() -> None:
     assert job.periodic_task.interval is None and job.periodic_task.clocked is None
 
 
+BOTH_DAYS_NOTE = (
+    " — only on days that match both the day of month (between day 1 and 7 of the month) and the"
+    " day of week (Monday), as in Celery's crontab; Unix cron would run on either"
+)
+
+
+@pytest.mark.django_db
+def test_add_and_show_say_both_day_fields_must_match() -> None:
+    # Celery's crontab needs both day fields (12 runs a year here); Unix cron would run on
+    # either (124). The answer, show and list say which.
+    out = jobs("add", "first-monday", "--task", "tests.cli_example", "--cron", "0 9 1-7 * mon")
+    words = "At 09:00 AM, between day 1 and 7 of the month, only on Monday (UTC)" + BOTH_DAYS_NOTE
+    assert out == f"added job first-monday: {words}\n"
+    assert f"schedule            {words}" in jobs("show", "first-monday").splitlines()
+    assert jobs_json("show", "first-monday")["schedule"] == words
+    entry = Job.objects.get(name="first-monday").periodic_task
+    assert entry is not None and entry.crontab is not None
+    assert (entry.crontab.day_of_month, entry.crontab.day_of_week) == ("1-7", "mon")  # as typed
+    assert jobs("add", "weekdays", "--task", "tests.cli_example", "--cron", "0 9 * * 1-5") == (
+        "added job weekdays: At 09:00 AM, Monday through Friday (UTC)\n"
+    )
+
+
+@pytest.mark.django_db
+def test_add_answers_in_words_cron_descriptor_cannot_read() -> None:
+    # Celery reads Sun-5,*/2 (every day); cron_descriptor raised on it, after the job was saved.
+    out = jobs("add", "daily", "--task", "tests.cli_example", "--cron", "22 16 * * Sun-5,*/2")
+    assert out == "added job daily: At 04:22 PM (UTC)\n"
+
+
 @pytest.mark.django_db
 def test_add_cron_without_tz_is_utc() -> None:
     job = add("hourly", "--cron", "0 * * * *")
@@ -366,6 +396,17 @@ BAD_ADD_INPUT = [
         ["--cron", "0 0 30 2 *", "--tz", "Europe/Paris"],
         "jobs add: error: --cron: '0 0 30 2 *' never fires",
         id="cron-never-fires-in-a-zone",
+    ),
+    pytest.param(
+        ["--cron", "0 0 31 2 mon"],
+        "jobs add: error: --cron: '0 0 31 2 mon' never fires",
+        id="cron-never-fires-both-days-must-match",
+    ),
+    pytest.param(
+        ["--cron", "0 0 L * *"],
+        "jobs add: error: --cron: '0 0 L * *' is not a valid cron expression: the day of month "
+        "field 'L' is not valid in Celery's crontab",
+        id="cron-croniter-only-syntax",
     ),
     pytest.param(
         ["--cron", "0 0 * * " + ",".join(["1"] * 200)],
