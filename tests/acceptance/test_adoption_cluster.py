@@ -81,6 +81,9 @@ def test_existing_entries_run_once_per_slot_and_edits_are_picked_up_within_a_sec
     log = tmp_path / "executions.log"
     _readme_entries(cluster, log)
     cluster.start_worker("worker")
+    # Ready before the first slot: a backlog of two slots handed to two pool processes at once
+    # would run concurrently, and the overlap policy would (rightly) skip one.
+    wait_for(lambda: " ready." in cluster.log_of("worker"), START_TIMEOUT, "the worker ready")
     cluster.start_beat("beat-a", env=BEAT_ENV)
     cluster.start_beat("beat-b", env=BEAT_ENV)
 

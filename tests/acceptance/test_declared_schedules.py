@@ -144,6 +144,13 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
 
     cluster.start_worker("worker-1", env={"DJANGO_SETTINGS_MODULE": SETTINGS})
     cluster.start_worker("worker-2", env={"DJANGO_SETTINGS_MODULE": SETTINGS})
+
+    # Ready before the first slots: a backlog handed to several pool processes at once would run
+    # one job's slots concurrently, and the overlap policy would (rightly) skip one.
+    def workers_ready() -> bool:
+        return all(" ready." in cluster.log_of(w) for w in ("worker-1", "worker-2"))
+
+    wait_for(workers_ready, START_TIMEOUT, "the workers ready", poll=0.2)
     _start_beat(cluster, "beat-a", "1")
     _start_beat(cluster, "beat-b", "1")
 
