@@ -28,6 +28,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from devtools.pgbouncer import transaction_pooler
 from devtools.services import free_port
 from jobs.audit import Actor
 from jobs.web import tokens
@@ -79,8 +80,9 @@ def _env(**overrides: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _web(tmp_path: Path, pool: int, timeout: float) -> Iterator[Web]:
-    """``manage.py runserver`` (a thread per request), its requests sharing a pool of ``pool``."""
+def _web(tmp_path: Path, pool: int, timeout: float, **env: str) -> Iterator[Web]:
+    """``manage.py runserver`` (a thread per request), its requests sharing a pool of ``pool``;
+    ``env``: more variables."""
     port = free_port()
     log = tmp_path / "web.log"
     with log.open("wb") as out:
@@ -92,7 +94,7 @@ def _web(tmp_path: Path, pool: int, timeout: float) -> Iterator[Web]:
                 f"127.0.0.1:{port}",
                 "--noreload",
             ],
-            env=_env(DATABASE_POOL_MAX_SIZE=str(pool), DATABASE_POOL_TIMEOUT=str(timeout)),
+            env=_env(DATABASE_POOL_MAX_SIZE=str(pool), DATABASE_POOL_TIMEOUT=str(timeout), **env),
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -222,6 +224,24 @@ def test_a_request_that_finds_the_pool_busy_waits_its_timeout_then_gets_a_503(
         log = web.log.read_text()
         assert "Traceback" not in log
         assert log.count("couldn't get a connection after 0.50 sec") == 2
+
+
+def test_the_pool_works_behind_a_transaction_pooler(tmp_path: Path, bearer: dict[str, str]) -> None:
+    """PgBouncer in transaction pooling (``DATABASE_POOLER=transaction``) in front: the web's
+    pooled connections are the pooler's clients, each checked with an empty query when lent."""
+    with (
+        transaction_pooler(live_database_url()) as pooler,
+        _web(
+            tmp_path, pool=2, timeout=10, DATABASE_URL=pooler.url, DATABASE_POOLER="transaction"
+        ) as web,
+    ):
+        with concurrent.futures.ThreadPoolExecutor(6) as clients:
+            answers = list(
+                clients.map(lambda _: web.get("/api/runs?limit=1", bearer).status, range(60))
+            )
+        assert answers == [200] * 60
+        assert web.get("/readyz").status == 200
+        assert "Traceback" not in web.log.read_text()
 
 
 @pytest.mark.parametrize(
