@@ -443,7 +443,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
         f"server max_connections {result['max_connections']}",
         "",
         "| phase | answers by status | p50 ms | p99 ms | 503 waited (median s) "
-        "| peak web conns | peak total conns |",
+        "| peak web conns | peak total conns (the bench's own included) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for phase in result["phases"]:
