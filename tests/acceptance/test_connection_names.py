@@ -8,6 +8,7 @@ import collections
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.acceptance
 BUDGET = {"beat": 3, "worker main": 3, "worker pool": 2 * 2}
 
 
-def _names(conn: psycopg.Connection[object]) -> collections.Counter[str]:
+def _names(conn: psycopg.Connection[Any]) -> collections.Counter[str]:
     rows = conn.execute(
         "SELECT application_name FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid()"
