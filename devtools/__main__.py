@@ -82,24 +82,43 @@ def run_platform(env: dict[str, str]) -> int:
     flower_port = env.get("FLOWER_PORT", "5555")
     env.setdefault("FLOWER_URL", f"http://127.0.0.1:{flower_port}")  # admin links to tasks
 
+    # The pool is the web's alone (docs/connections.md): beats and workers refuse it.
+    env.pop("DATABASE_POOL_MAX_SIZE", None)
     subprocess.run([*MANAGE, "migrate", "--noinput", "-v", "1"], env=env, cwd=ROOT, check=True)
     subprocess.run([PYTHON, "-m", "devtools.dev_admin"], env=env, cwd=ROOT, check=True)
 
     group = ProcessGroup(env, PID_DIR)
-    group.start(Command("web", [*MANAGE, "runserver", f"127.0.0.1:{web_port}", "--noreload"]))
+    for command in platform_commands(env, web_port, flower_port):
+        group.start(command)
+    group.say("devtools", f"admin:  http://127.0.0.1:{web_port}/admin/")
+    group.say("devtools", f"flower: http://127.0.0.1:{flower_port}/  (Ctrl-C stops everything)")
+    return group.wait()
+
+
+def platform_commands(env: dict[str, str], web_port: str, flower_port: str) -> list[Command]:
+    """What ``make run`` starts: the web, two beats, two workers and Flower.
+
+    The web (runserver: a thread per request) shares a pool of ``WEB_DATABASE_POOL_MAX_SIZE``
+    connections (default 8) among its requests; every other process keeps a connection per
+    thread of its own (docs/connections.md)."""
+    pool = env.get("WEB_DATABASE_POOL_MAX_SIZE") or str(WEB_POOL_DEFAULT)
+    web = [*MANAGE, "runserver", f"127.0.0.1:{web_port}", "--noreload"]
+    commands = [Command("web", web, {"DATABASE_POOL_MAX_SIZE": pool})]
     for n in (1, 2):
-        group.start(Command(f"beat-{n}", [*CELERY, "beat", "-l", "info"]))
+        commands.append(Command(f"beat-{n}", [*CELERY, "beat", "-l", "info"]))
     for n in (1, 2):
         worker = [*CELERY, "worker", "-n", f"worker{n}@%h", "-c", "2", "-l", "info", "-E"]
-        group.start(Command(f"worker-{n}", worker))
+        commands.append(Command(f"worker-{n}", worker))
     flower = [
         *CELERY, "flower", f"--port={flower_port}", "--address=127.0.0.1",
         *flower_state_options(DEV_DIR / "flower.db"),
     ]  # fmt: skip
-    group.start(Command("flower", flower))
-    group.say("devtools", f"admin:  http://127.0.0.1:{web_port}/admin/")
-    group.say("devtools", f"flower: http://127.0.0.1:{flower_port}/  (Ctrl-C stops everything)")
-    return group.wait()
+    commands.append(Command("flower", flower))
+    return commands
+
+
+# The web's connections under `make run`: eight clients at once never wait for one.
+WEB_POOL_DEFAULT = 8
 
 
 def flower_state_options(db: Path) -> list[str]:

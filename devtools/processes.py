@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 COLOURS = ["36", "33", "35", "32", "34", "31", "96", "93"]
@@ -29,6 +29,7 @@ STOP_GRACE_SECONDS = 15.0
 class Command:
     name: str
     argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)  # this process's own, over the group's
 
 
 class ProcessGroup:
@@ -45,7 +46,7 @@ class ProcessGroup:
         self._width = max(self._width, len(command.name))
         process = subprocess.Popen(
             list(command.argv),
-            env=self._env,
+            env={**self._env, **command.env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

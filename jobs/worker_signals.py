@@ -25,6 +25,7 @@ from typing import Any
 import celery
 from celery import signals
 
+from jobs import connection_budget
 from jobs.alerts.detect import ClusterWatch
 from jobs.alerts.sender import AlertSender
 from jobs.conf import get_conf, get_ops_conf
@@ -43,6 +44,10 @@ _senders: list[AlertSender] = []
 
 
 def connect_worker_signals() -> None:
+    # A worker keeps a connection per thread: no pool (jobs.connection_budget).
+    signals.worker_init.connect(
+        _refuse_pool, weak=False, dispatch_uid="jobs.connection_budget.worker"
+    )
     # The shutdown notice first: its pipe must exist before the pool forks.
     signals.worker_init.connect(
         shutdown_notice.open_before_fork, weak=False, dispatch_uid="jobs.guard.shutdown_notice.open"
@@ -68,6 +73,10 @@ def connect_worker_signals() -> None:
     signals.task_failure.connect(
         hard_limit.on_task_failure, weak=False, dispatch_uid="jobs.guard.hard_limit"
     )
+
+
+def _refuse_pool(**_kwargs: Any) -> None:
+    connection_budget.refuse_pool("celery worker")
 
 
 def _on_worker_ready(sender: Any = None, **_kwargs: Any) -> None:

@@ -28,6 +28,7 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
+from jobs import connection_budget
 from jobs.alerts.sender import AlertSender
 from jobs.beat import (
     adoption,
@@ -155,6 +156,8 @@ class ClusterScheduler(Scheduler):
     def __init__(
         self, *args: Any, clock: Clock | None = None, maintain: bool = True, **kwargs: Any
     ) -> None:
+        # A beat keeps a connection per thread (tick, maintenance, alerts): no pool.
+        connection_budget.refuse_pool("celery beat")
         conf = get_conf()
         # Fire by the database's clock, not the machine's (see jobs.beat.clock).
         self._clock = clock or DatabaseClock(system_clock(conf.beat_test_clock_offset))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from jobs.guard import lease
 from jobs.guard.lease import HeldLease
+from jobs.guard.reconnect import CONNECTION_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +34,13 @@ class LeaseKeeper:
     - another run asked this holder to stop (overlap ``replace``), seen at a renewal;
     - the job's soft time limit passed.
 
-    The renewals happen on the process's heartbeat thread (on a database connection of its own,
-    opened for each round of renewals), shared by every keeper of the process: starting a thread
-    per run would cost more than a short run itself. After ``stop()`` returns no renewal of this
-    keeper is in flight or to come.
+    The renewals happen on the process's heartbeat thread, shared by every keeper of the
+    process: starting a thread per run would cost more than a short run itself. The thread has a
+    database connection of its own, opened at the first renewal and kept while any keeper is
+    started, so that a renewal never competes for a new connection with whoever else connects
+    (a server with every slot taken still renews on it); it is closed once no keeper is left
+    (docs/connections.md). After ``stop()`` returns no renewal of this keeper is in flight or
+    to come.
     """
 
     def __init__(
@@ -98,7 +103,7 @@ class LeaseKeeper:
         wake = min(self._next_renewal, self._current.local_deadline)
         return wake if self._soft_deadline is None else min(wake, self._soft_deadline)
 
-    def _tick(self) -> None:
+    def _tick(self, using: str) -> None:
         with self._lock:
             if self._stopped or self._lost.is_set():
                 return
@@ -108,21 +113,21 @@ class LeaseKeeper:
             if now >= self._current.local_deadline:
                 self._declare_lost("no successful renewal before the local deadline")
             elif now >= self._next_renewal:
-                renewed = self._renew_once()
+                renewed = self._renew_once(using)
                 wait = self._current.ttl / 3 if renewed else RETRY_AFTER_ERROR_SECONDS
                 self._next_renewal = time.monotonic() + wait
 
-    def _renew_once(self) -> bool:
+    def _renew_once(self, using: str) -> bool:
         """One renewal; ``False`` when the database could not be asked."""
         try:
-            renewed = lease.renew(self._current)
+            renewed = _renew_on_kept_connection(self._current, using)
         except DatabaseError as exc:
             # Keep trying until the local deadline: a blip must not stop a healthy run.
             log.warning(
                 "lease renewal failed, retrying",
                 extra={"action": "lease_renew_error", "key": self._current.key, "error": str(exc)},
             )
-            connection.close()
+            _close(using)
             return False
         if renewed is None:
             self._declare_lost("the database refused the renewal (lapsed or taken over)")
@@ -158,19 +163,54 @@ class LeaseKeeper:
         self._stopping.set()
 
 
+def _renew_on_kept_connection(held: HeldLease, using: str) -> HeldLease | None:
+    """``lease.renew`` on the heartbeat thread's kept connection. If that connection broke since
+    the last round (a database restart or failover, a pooler or the network dropping it), once
+    more on a new one at once: what Django's ``CONN_HEALTH_CHECKS`` does for a request's
+    persistent connection, without the health check's round trip while the connection is sound.
+    A new connection that fails is the database's answer: the keeper retries it later."""
+    if connections[using].connection is None:
+        return lease.renew(held, using=using)
+    try:
+        return lease.renew(held, using=using)
+    except CONNECTION_ERRORS as exc:
+        log.info(
+            "the lease heartbeat's connection broke (%s); renewing on a new one",
+            _first_line(exc),
+            extra={"action": "lease_heartbeat_reconnect", "key": held.key},
+        )
+        _close(using)
+    return lease.renew(held, using=using)
+
+
+def _close(using: str) -> None:
+    with contextlib.suppress(DatabaseError):  # a broken connection may fail to close cleanly
+        connections[using].close()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 class _Heartbeat:
     """The one thread per process that acts for every started keeper when it is due.
 
-    Started on first use in each process (a forked pool process starts its own).
+    Started on first use in each process (a forked pool process starts its own). Its connection
+    (to the database ``using``) is kept from one round of renewals to the next while any keeper
+    is started, and closed when the last one stops: a process without a run in progress holds
+    no connection for its heartbeat (nor keeps a test database from being dropped).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
+        self.using = using
         self._lock = threading.Lock()
         self._keepers: set[LeaseKeeper] = set()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._planned = 0.0  # when the thread means to wake next (monotonic)
+        self._connected = False  # whether the thread holds its connection
 
     def add(self, keeper: LeaseKeeper) -> None:
         with self._lock:
@@ -178,6 +218,7 @@ class _Heartbeat:
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 self._pid = os.getpid()
                 self._planned = 0.0
+                self._connected = False
                 self._thread = threading.Thread(
                     target=self._run, name="lease-heartbeat", daemon=True
                 )
@@ -191,6 +232,10 @@ class _Heartbeat:
     def remove(self, keeper: LeaseKeeper) -> None:
         with self._lock:
             self._keepers.discard(keeper)
+            # The last keeper gone: the thread closes its connection now, not at its next look.
+            wake = not self._keepers and self._connected
+        if wake:
+            self._wake.set()
 
     def _run(self) -> None:
         try:
@@ -199,24 +244,25 @@ class _Heartbeat:
                 with self._lock:
                     keepers = list(self._keepers)
                 now = time.monotonic()
-                due = [keeper for keeper in keepers if keeper._wake_at() <= now]
-                for keeper in due:
+                for keeper in [keeper for keeper in keepers if keeper._wake_at() <= now]:
                     self._tick(keeper)
-                if due:
-                    # Renewals are ttl/3 apart: a connection held in between would only be
-                    # one more to go stale (and keep test databases from being dropped).
-                    connection.close()
                 with self._lock:
+                    idle = not self._keepers
+                if idle:
+                    _close(self.using)  # outside the lock: a keeper's start need not wait for it
+                with self._lock:
+                    self._connected = connections[self.using].connection is not None
                     wake_at = min((k._wake_at() for k in self._keepers), default=float("inf"))
                     self._planned = min(wake_at, time.monotonic() + IDLE_SECONDS)
+                    if self._connected and not self._keepers:
+                        self._planned = 0.0  # the last one stopped meanwhile: close at once
                 self._wake.wait(max(0.0, self._planned - time.monotonic()))
         finally:
-            connection.close()
+            _close(self.using)
 
-    @staticmethod
-    def _tick(keeper: LeaseKeeper) -> None:
+    def _tick(self, keeper: LeaseKeeper) -> None:
         try:
-            keeper._tick()
+            keeper._tick(self.using)
         except Exception:  # one keeper's failure must not stop the others' renewals
             log.exception("lease keeper failed", extra={"action": "lease_keeper_error"})
             keeper._declare_lost("the lease keeper failed (see the log)")

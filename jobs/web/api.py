@@ -10,12 +10,12 @@ in the audit trail under the token's name (``token:NAME``) or the user's (``user
 Errors are JSON, ``{"error": "...", "fields": {"name": ["..."]}}``: 400 for a bad parameter,
 header or body (each problem under the name of what was wrong), 401/403 for credentials, 404
 for an unknown job or run, 405 for a wrong method, 422 for an Idempotency-Key reused with
-another request, 503 when the database is unreachable.
+another request, 503 when the database is unreachable or the web's connection pool stayed busy
+(with ``Retry-After``).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import wraps
@@ -53,10 +53,8 @@ from jobs.models import (
     RunStatus,
     Trigger,
 )
-from jobs.web import serializers, tokens
+from jobs.web import serializers, tokens, unavailable
 from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, job_field_range, schema
-
-log = logging.getLogger(__name__)
 
 View = Callable[..., HttpResponse]
 MAX_BIGINT = 2**63 - 1
@@ -144,10 +142,10 @@ def _answer(
         return error_response(ApiError(404, str(exc)))
     except NotTriggerable as exc:
         return error_response(ApiError(409, str(exc)))
-    except (OperationalError, InterfaceError):
-        # Unreachable or restarting: worth a retry. Other database errors are bugs.
-        log.exception("API request failed on the database", extra={"action": "api_db"})
-        return error_response(ApiError(503, "the database is unavailable; retry later"))
+    except (OperationalError, InterfaceError) as exc:
+        # Unreachable, restarting, or every connection of the web's pool busy for its timeout:
+        # worth a retry (jobs.web.unavailable). Other database errors are bugs.
+        return unavailable.answer(exc, what="API request")
     response["Cache-Control"] = "no-store"
     return response
 

@@ -61,7 +61,10 @@ _ERRORS = {
         "A staff session without the permission, a session write without CSRF, or a write "
         "with a read-only token."
     ),
-    "503": _error("The database is unreachable."),
+    "503": _error(
+        "The database is unreachable, or every connection of the web process's pool stayed busy "
+        "past its timeout (DATABASE_POOL_TIMEOUT); Retry-After says when to try again."
+    ),
 }
 _NOT_FOUND = {"404": _error("No job (or run) with that name (id).")}
 # Every operation can answer 400: Django refuses a Host header outside DJANGO_ALLOWED_HOSTS.

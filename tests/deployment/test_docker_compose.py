@@ -205,6 +205,18 @@ def test_app_service_sets_every_required_variable(name: str) -> None:
     assert "JOBS_MODULES" in env, f"{name} does not set JOBS_MODULES"
 
 
+def test_only_the_web_has_a_connection_pool() -> None:
+    """The web's connection budget (docs/connections.md): a pool per gunicorn process, its size
+    from WEB_DATABASE_POOL_MAX_SIZE; beats and workers refuse one (jobs.connection_budget)."""
+    for name, svc in app_services().items():
+        pool = environment(svc).get("DATABASE_POOL_MAX_SIZE")
+        if name == "web":
+            assert pool == "${WEB_DATABASE_POOL_MAX_SIZE:-4}"
+            assert int(resolve(pool)) >= 1
+        else:
+            assert pool is None, f"{name} must keep its own connections, not a pool"
+
+
 def test_every_app_service_runs_with_debug_off() -> None:
     for name, svc in app_services().items():
         env = environment(svc)

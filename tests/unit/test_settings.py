@@ -155,3 +155,52 @@ def test_a_transaction_pooler_turns_off_what_outlives_a_transaction() -> None:
         "configuration error: DATABASE_POOLER='statement' is not a pooling mode: use none or "
         "transaction."
     ]
+
+
+def _database(env: dict[str, str]) -> str:
+    return _setting(
+        env,
+        "{k: settings.DATABASES['default'].get(k) for k in ('CONN_MAX_AGE', 'OPTIONS')}",
+    )
+
+
+def test_the_web_pool_bounds_its_connections_and_keeps_none_per_thread() -> None:
+    # Without it (beats, workers, commands): a persistent connection per thread, as before.
+    assert _database(_production()) == (
+        "{'CONN_MAX_AGE': 60, 'OPTIONS': {'application_name': 'clusterjobs'}}"
+    )
+    pooled = _production(DATABASE_POOL_MAX_SIZE="4", DATABASE_POOL_TIMEOUT="2.5")
+    assert _database(pooled) == (
+        "{'CONN_MAX_AGE': 0, 'OPTIONS': {'pool': {'min_size': 1, 'max_size': 4, 'timeout': 2.5}, "
+        "'application_name': 'clusterjobs web'}}"
+    )
+    assert (
+        _setting(
+            _production(DATABASE_POOL_MAX_SIZE="3"),
+            "settings.DATABASES['default']['OPTIONS']['pool']['timeout']",
+        )
+        == "5.0"
+    )
+    # Django refuses a pool beside persistent connections; the check says it is consistent.
+    assert _manage(pooled, "check").returncode == 0
+
+
+def test_the_pool_goes_with_a_transaction_pooler_and_a_name_in_the_url_is_kept() -> None:
+    url = os.environ.get("DATABASE_URL", "postgresql://u@localhost/db")
+    named = f"{url}{'&' if '?' in url else '?'}application_name=mine"
+    env = _production(DATABASE_URL=named, DATABASE_POOLER="transaction", DATABASE_POOL_MAX_SIZE="2")
+    assert _database(env) == (
+        "{'CONN_MAX_AGE': 0, 'OPTIONS': {'application_name': 'mine', 'prepare_threshold': None, "
+        "'pool': {'min_size': 1, 'max_size': 2, 'timeout': 5.0}}}"
+    )
+
+
+def test_a_bad_pool_size_or_timeout_is_named() -> None:
+    for variable, value, message in (
+        ("DATABASE_POOL_MAX_SIZE", "-1", "DATABASE_POOL_MAX_SIZE=-1 must be at least 0."),
+        ("DATABASE_POOL_MAX_SIZE", "many", "DATABASE_POOL_MAX_SIZE='many' is not an integer."),
+        ("DATABASE_POOL_TIMEOUT", "0", "DATABASE_POOL_TIMEOUT=0.0 must be at least 0.1."),
+    ):
+        result = _manage(_production(**{"DATABASE_POOL_MAX_SIZE": "2", variable: value}), "check")
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [f"configuration error: {message}"]
