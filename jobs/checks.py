@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -53,7 +54,7 @@ def check_pooler_options(**_kwargs: Any) -> list[Warning]:
     return pooler_options_problems(settings.DATABASES.get("default", {}))
 
 
-def pooler_options_problems(database: dict[str, Any]) -> list[Warning]:
+def pooler_options_problems(database: Mapping[str, Any]) -> list[Warning]:
     options = database.get("OPTIONS", {})
     unprepared = "prepare_threshold" in options and options["prepare_threshold"] is None
     no_server_cursors = bool(database.get("DISABLE_SERVER_SIDE_CURSORS"))
