@@ -128,6 +128,24 @@ ON CONFLICT (cause) DO UPDATE
 """
 
 
+_LIBPQ_OPTIONS = frozenset(
+    {
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "options",
+        "service",
+        "passfile",
+        "target_session_attrs",
+        "application_name",
+        "channel_binding",
+        "gssencmode",
+    }
+)
+
+
 def _record(database: dict[str, Any], seen: str) -> None:
     """Upsert the problem's row on a short connection of its own, unprepared and autocommitted
     (the failing connection may be in a broken transaction)."""
@@ -144,6 +162,10 @@ def _record(database: dict[str, Any], seen: str) -> None:
         }.items()
         if value
     }
+    # The connection options libpq knows (sslmode, options, service, ...), not Django's or
+    # psycopg's own.
+    options = database.get("OPTIONS") or {}
+    params.update({key: value for key, value in options.items() if key in _LIBPQ_OPTIONS and value})
     try:
         with psycopg.connect(
             **params,
