@@ -5,6 +5,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
+from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
@@ -35,6 +36,10 @@ class JobsConfig(AppConfig):
         read_time_zones_leniently()
 
         post_migrate.connect(_sync_after_migrate, sender=self)
+        # A transaction pooler without DATABASE_POOLER=transaction says so (jobs.pooler_hint).
+        from jobs.pooler_hint import install
+
+        connection_created.connect(install, dispatch_uid="jobs.pooler_hint")
         # A worker's node heartbeat and continuous-job supervisor (its main process only).
         from jobs.worker_signals import connect_worker_signals
 

@@ -733,6 +733,13 @@ class Node(models.Model):
         default=5.0,
         help_text="Seconds between this node's heartbeats; it is dead after 3 missed ones.",
     )
+    broker = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The broker this node consumes from, without credentials (jobs.broker_identity).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -802,6 +809,13 @@ class BeatHeartbeat(models.Model):
         default="",
         db_default="",
         help_text="The fingerprint of the Celery configuration this beat holds.",
+    )
+    broker = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The broker this beat publishes to, without credentials (jobs.broker_identity).",
     )
 
     class Meta:
@@ -1138,3 +1152,20 @@ class AlertDelivery(models.Model):
     def idempotency_key(self) -> str:
         """The same for every attempt (and every channel) of one incident event."""
         return f"incident-{self.incident_id}-{self.event}"
+
+
+class ConfigurationProblem(models.Model):
+    """A misconfiguration a process met at run time (``jobs.pooler_hint``), for ``/healthz``:
+    one row per cause, refreshed while processes keep meeting it."""
+
+    cause = models.CharField(max_length=64, unique=True)
+    message = models.TextField()
+    process = models.CharField(max_length=255, help_text="host:pid of the last to report it")
+    first_seen = models.DateTimeField(db_default=Now())
+    last_seen = models.DateTimeField(db_default=Now(), help_text="Database clock.")
+
+    class Meta:
+        ordering = ["cause"]
+
+    def __str__(self) -> str:
+        return self.cause

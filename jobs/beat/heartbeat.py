@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from jobs import broker_identity
 from jobs.conf import get_ops_conf
 
 log = logging.getLogger(__name__)
@@ -27,12 +28,13 @@ T = TypeVar("T")
 _UPSERT_HEARTBEAT = """
 INSERT INTO jobs_beatheartbeat
        (name, host, pid, started_at, last_seen, ticks, tick_seconds, max_tick_seconds,
-        configuration)
+        configuration, broker)
 VALUES (%(name)s, %(host)s, %(pid)s, %(started_at)s, now(), %(ticks)s, %(tick_seconds)s, %(max)s,
-        %(configuration)s)
+        %(configuration)s, %(broker)s)
 ON CONFLICT (name) DO UPDATE
    SET last_seen = now(), ticks = EXCLUDED.ticks, tick_seconds = EXCLUDED.tick_seconds,
-       max_tick_seconds = EXCLUDED.max_tick_seconds, configuration = EXCLUDED.configuration
+       max_tick_seconds = EXCLUDED.max_tick_seconds, configuration = EXCLUDED.configuration,
+       broker = EXCLUDED.broker
 """
 
 
@@ -90,6 +92,7 @@ class BeatHeartbeatRecorder:
                     "tick_seconds": self.tick_seconds,
                     "max": self.max_tick_seconds,
                     "configuration": self.configuration,
+                    "broker": broker_identity.current(),
                 },
             )
 

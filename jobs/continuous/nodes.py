@@ -24,6 +24,7 @@ from django.db import DatabaseError, connection, models
 from django.db.models import Case, ExpressionWrapper, F, Func, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
+from jobs import broker_identity
 from jobs.models import Node, NodeState
 
 if TYPE_CHECKING:
@@ -63,14 +64,15 @@ class NodeInfo:
 
 _REGISTER = """
 INSERT INTO jobs_node (name, host, pid, queues, concurrency, version, state, started_at,
-                       last_heartbeat, stopped_at, heartbeat_interval)
+                       last_heartbeat, stopped_at, heartbeat_interval, broker)
 VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version)s, 'alive',
-        now(), now(), NULL, %(interval)s)
+        now(), now(), NULL, %(interval)s, %(broker)s)
 ON CONFLICT (name) DO UPDATE
    SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
        concurrency = EXCLUDED.concurrency, version = EXCLUDED.version, state = 'alive',
        started_at = EXCLUDED.started_at, last_heartbeat = EXCLUDED.last_heartbeat,
-       stopped_at = NULL, heartbeat_interval = EXCLUDED.heartbeat_interval
+       stopped_at = NULL, heartbeat_interval = EXCLUDED.heartbeat_interval,
+       broker = EXCLUDED.broker
 """
 
 # Conditional on the pid: a restarted worker with the same name owns the row from then on.
@@ -98,6 +100,7 @@ def register(info: NodeInfo) -> None:
                 "concurrency": info.concurrency,
                 "version": info.version[:64],
                 "interval": info.heartbeat_interval,
+                "broker": broker_identity.current(),
             },
         )
 

@@ -23,9 +23,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.utils.dateparse import parse_datetime
 
+from jobs import pooler_hint
 from jobs.exceptions import LeaseLost
 
 
@@ -230,8 +231,13 @@ def statement_cursor(using: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
     raw_connection = connection.connection
     if "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
         raw_connection.prepare_threshold = 0
-    with connection.wrap_database_errors, psycopg.Cursor(raw_connection) as cursor:
-        yield cursor
+    try:
+        with connection.wrap_database_errors, psycopg.Cursor(raw_connection) as cursor:
+            yield cursor
+    except DatabaseError as exc:
+        # Prepared here: behind a transaction pooler without the setting, these fail first.
+        pooler_hint.note(exc, database=connection.settings_dict)
+        raise
 
 
 def _execute(

@@ -27,11 +27,12 @@ from celery import current_app
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 
+from jobs import pooler_hint
 from jobs.beat import switch_report
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import age_of
-from jobs.models import BeatHeartbeat, Node, ScheduleError
+from jobs.models import BeatHeartbeat, ConfigurationProblem, Node, ScheduleError
 from jobs.web import access
 
 log = logging.getLogger(__name__)
@@ -141,10 +142,66 @@ def check_schedules() -> Check:
     }
 
 
+# A problem row older than this is past (the processes that met it stopped meeting it).
+PROBLEM_FRESH_SECONDS = 600
+
+
+def check_configuration() -> Check:
+    """Misconfigurations processes met at run time (``jobs.pooler_hint``: a transaction pooler
+    without DATABASE_POOLER=transaction), this process's own included, and live beats and nodes
+    that disagree on the broker (``jobs.broker_identity``). Each one fails the probe: the
+    cluster runs a fraction of its slots, or none."""
+    fresh = ConfigurationProblem.objects.annotate(age=age_of("last_seen")).filter(
+        age__lt=timedelta(seconds=PROBLEM_FRESH_SECONDS)
+    )
+    problems: list[dict[str, Any]] = [
+        {
+            "cause": row.cause,
+            "message": row.message,
+            "process": row.process,
+            "last_seen": row.last_seen,
+        }
+        for row in fresh
+    ]
+    own = pooler_hint.detected()
+    if own is not None and not any(p["cause"] == pooler_hint.CAUSE for p in problems):
+        problems.append(
+            {"cause": pooler_hint.CAUSE, "message": f"{pooler_hint.HINT} (first seen: {own})"}
+        )
+    stale = get_ops_conf().beat_stale_after
+    brokers: dict[str, list[str]] = {}
+    for name, broker in (
+        BeatHeartbeat.objects.annotate(age=age_of("last_seen"))
+        .filter(age__lt=timedelta(seconds=stale))
+        .exclude(broker="")
+        .values_list("name", "broker")
+    ):
+        brokers.setdefault(broker, []).append(f"beat {name}")
+    for name, broker in (
+        with_liveness(Node.objects.exclude(broker=""))
+        .filter(liveness=Liveness.ALIVE)
+        .values_list("name", "broker")
+    ):
+        brokers.setdefault(broker, []).append(f"node {name}")
+    if len(brokers) > 1:
+        problems.append(
+            {
+                "cause": "brokers_differ",
+                "message": "live beats and workers use different brokers: set the same "
+                "CELERY_BROKER_URL on every beat and worker",
+                "brokers": {broker: names[:LISTED] for broker, names in sorted(brokers.items())},
+            }
+        )
+    return {"ok": not problems, "problems": problems}
+
+
+_READ_FROM_DATABASE = ("beats", "nodes", "schedules", "configuration")
+
+
 def _report(checks: dict[str, Callable[[], Check]]) -> JsonResponse:
     results: dict[str, Check] = {}
     for name, probe in checks.items():
-        if name in ("beats", "nodes", "schedules") and not results["database"]["ok"]:
+        if name in _READ_FROM_DATABASE and not results["database"]["ok"]:
             results[name] = {"ok": False, "error": "the database is unreachable"}
             continue
         results[name] = _timed(probe)
@@ -194,5 +251,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
             "beats": check_beats,
             "nodes": check_nodes,
             "schedules": check_schedules,
+            "configuration": check_configuration,
         }
     )

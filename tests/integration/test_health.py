@@ -12,6 +12,7 @@ from django.db import DatabaseError
 from django.test import Client, override_settings
 from django.utils import timezone
 
+from jobs import broker_identity
 from jobs.audit import Actor
 from jobs.beat import heartbeat
 from jobs.conf import get_ops_conf
@@ -276,3 +277,37 @@ def test_a_failed_heartbeat_write_does_not_stop_the_beat(
 
     assert "beat heartbeat not recorded" in caplog.text
     assert recorder.ticks == 1
+
+
+def test_healthz_names_beats_and_workers_on_different_brokers(insider: Client) -> None:
+    recorder = _beat()  # records this process's broker, as its beat would
+    assert BeatHeartbeat.objects.get(name=recorder.name).broker == broker_identity.current()
+    _node("w1@h")  # registered before brokers were recorded: not judged
+    Node.objects.filter(name="w1@h").update(broker=broker_identity.current())
+
+    response = insider.get("/healthz")
+    assert response.status_code == 200, response.json()
+    assert response.json()["checks"]["configuration"] == {
+        **response.json()["checks"]["configuration"],
+        "ok": True,
+        "problems": [],
+    }
+
+    other = _node("w2@h")
+    Node.objects.filter(pk=other.pk).update(broker="redis://elsewhere:6379/0")
+    response = insider.get("/healthz")
+    assert response.status_code == 503
+    (problem,) = response.json()["checks"]["configuration"]["problems"]
+    assert problem["cause"] == "brokers_differ"
+    assert "CELERY_BROKER_URL" in problem["message"]
+    assert problem["brokers"]["redis://elsewhere:6379/0"] == ["node w2@h"]
+
+
+def test_a_broker_url_is_recorded_without_its_credentials() -> None:
+    assert (
+        broker_identity.redacted("amqp://user:secret@rabbit:5672/prod?heartbeat=10")
+        == "amqp://rabbit:5672/prod"
+    )
+    assert (
+        broker_identity.redacted("redis://:pw@r1:6379/0;redis://r2:6379/0") == "redis://r1:6379/0"
+    )
