@@ -22,6 +22,7 @@ from pytest_django import DjangoCaptureOnCommitCallbacks
 
 from jobs import dispatch, job
 from jobs.context import JobContext
+from jobs.forms import JobForm
 from jobs.guard import lease
 from jobs.models import ApiToken, Blackout, Job, JobRun, Node, RunStatus, Trigger
 
@@ -100,6 +101,21 @@ def cli_example(ctx: JobContext, city: str = "Paris") -> str:
     More lines that the tasks listing leaves out.
     """
     return f"hello {city}"
+
+
+@job("tests.cli_wrapped_summary")
+def cli_wrapped_summary(ctx: JobContext) -> None:
+    """Reconciles the day's invoices with the payment provider's settlement report, then mails
+    the differences to finance. Its second sentence is left out.
+    """
+
+
+@job("tests.cli_long_summary")
+def cli_long_summary(ctx: JobContext) -> None:
+    """Walks every warehouse of every region and every shelf of every aisle of each of them,
+    counting the boxes, the pallets and the crates it finds there, e.g. the empty ones too,
+    and stores the totals.
+    """
 
 
 def jobs(*args: str) -> str:
@@ -855,6 +871,27 @@ def test_tasks_lists_registered_functions_with_summary_and_declared_schedule() -
     assert line.split(None, 4) == [
         "tests.cli_example", "job", "function", "-", "Greets a city, for the CLI tests."
     ]  # fmt: skip
+
+
+def test_a_task_s_summary_is_its_first_sentence_never_cut_mid_sentence() -> None:
+    # The first sentence of a docstring often wraps onto its second line; a very long one is cut
+    # at a word's end, with an ellipsis. The same words in `jobs tasks` and the admin's chooser.
+    wrapped = (
+        "Reconciles the day's invoices with the payment provider's settlement report, then "
+        "mails the differences to finance."
+    )
+    long = (
+        "Walks every warehouse of every region and every shelf of every aisle of each of them, "
+        "counting the boxes, the pallets…"
+    )
+    by_name = {record["name"]: record["summary"] for record in jobs_json("tasks")}
+    assert by_name["tests.cli_wrapped_summary"] == wrapped
+    assert by_name["tests.cli_long_summary"] == long
+    lines = jobs("tasks").splitlines()
+    assert any(line.endswith(f"function  -         {wrapped}") for line in lines), lines
+    choices = dict(JobForm().fields["task"].choices)
+    assert choices["tests.cli_wrapped_summary"] == f"tests.cli_wrapped_summary — {wrapped}"
+    assert choices["tests.cli_long_summary"] == f"tests.cli_long_summary — {long}"
 
 
 # --- operating a job ----------------------------------------------------------------------
