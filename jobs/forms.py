@@ -53,14 +53,15 @@ class ScheduleType(models.TextChoices):
 
 
 # The form fields each kind of schedule reads; the page shows only the chosen kind's
-# (jobs/templates/admin/jobs/job/change_form.html).
+# (jobs/templates/admin/jobs/job/change_form.html). Every kind but continuous may run after
+# other jobs: a continuous one always runs (jobs.dependencies).
 FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
-    ScheduleType.INTERVAL: ("every",),
-    ScheduleType.CRON: ("cron", "timezone"),
-    ScheduleType.ONE_OFF: ("run_at",),
+    ScheduleType.INTERVAL: ("every", "after"),
+    ScheduleType.CRON: ("cron", "timezone", "after"),
+    ScheduleType.ONE_OFF: ("run_at", "after"),
     ScheduleType.CONTINUOUS: (),
-    ScheduleType.TRIGGERED: (),
-    ScheduleType.SOLAR: (),
+    ScheduleType.TRIGGERED: ("after",),
+    ScheduleType.SOLAR: ("after",),
 }
 
 
@@ -153,6 +154,10 @@ class JobForm(forms.ModelForm):
         self.schedule: Definition | None = None
         if self.instance.pk is not None:
             self.initial.setdefault("after", list(self.instance.upstreams.all()))
+            # A job cannot run after itself (jobs.dependencies): not offered.
+            after_field = self.fields["after"]
+            assert isinstance(after_field, forms.ModelMultipleChoiceField)
+            after_field.queryset = after_field.queryset.exclude(pk=self.instance.pk)
         self.stored_schedule = _stored_schedule(self.instance)
         task_field = self.fields["task"]
         assert isinstance(task_field, forms.ChoiceField)
@@ -268,6 +273,8 @@ class JobForm(forms.ModelForm):
         )
 
     def _after(self) -> list[str]:
+        if self.cleaned_data.get("schedule_type") == ScheduleType.CONTINUOUS:
+            return []  # hidden for this kind, as the other kinds' fields: not read
         return [job.name for job in self.cleaned_data.get("after") or []]
 
     def _add_service_errors(self, exc: ValidationError) -> None:
