@@ -543,15 +543,15 @@ class JobAdmin(admin.ModelAdmin):
             return "none"
         return format_html_join(
             ", ",
-            '<a href="{}">#{} {} ({}, {} bad runs) since {}</a>',
+            '<a href="{}">#{} {} ({}, {}) since {}</a>',
             (
                 (
                     reverse("admin:jobs_incident_change", args=[i.pk]),
                     i.pk,
                     i.kind,
                     i.reason,
-                    i.bad_runs,
-                    f"{i.opened_at:%Y-%m-%d %H:%M:%S}",
+                    i.bad_runs_words,
+                    timestamps.display(i.opened_at),
                 )
                 for i in incidents
             ),
