@@ -157,6 +157,7 @@ class JobForm(forms.ModelForm):
             # A job cannot run after itself (jobs.dependencies): not offered.
             after_field = self.fields["after"]
             assert isinstance(after_field, forms.ModelMultipleChoiceField)
+            assert after_field.queryset is not None
             after_field.queryset = after_field.queryset.exclude(pk=self.instance.pk)
         self.stored_schedule = _stored_schedule(self.instance)
         task_field = self.fields["task"]

@@ -1071,7 +1071,7 @@ class Incident(models.Model):
 
     def __str__(self) -> str:
         """As its page is titled and the outbox lists it (select the job with it)."""
-        about = "the cluster" if self.job_id is None else self.job.name
+        about = "the cluster" if self.job is None else self.job.name
         return f"{self.kind} of {about} since {timestamps.display(self.opened_at)}"
 
     @property

@@ -19,7 +19,7 @@ from functools import wraps
 from typing import Any
 
 import celery.app.utils
-from celery.app.utils import HIDDEN_SETTINGS
+from celery.app.utils import HIDDEN_SETTINGS  # type: ignore[attr-defined]  # not in the stubs
 
 MASK = "********"
 # Names Celery leaves visible that carry credentials: ``user:password`` pairs, webhooks whose
