@@ -365,12 +365,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="next slot")
     def next_slot(self, job: Job) -> str:
-        now = timezone.now()
-        if job.expired(now):
-            return f"none: expired {timestamps.display(job.expires_at)}"
-        if not job.enabled:
-            return "none: paused"
-        return timestamps.display(serializers.next_slot(job, now))
+        return serializers.next_slot_words(job, timezone.now(), timestamps.display)
 
     @admin.display(description="task", ordering="task")
     def task_name(self, job: Job) -> SafeString:

@@ -3,6 +3,7 @@ admin, the dashboard and the JSON API."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +46,16 @@ def next_slot(job: Job, now: datetime) -> datetime | None:
     except Exception:  # an unreadable entry, a cron with no next date: shown as the error
         return None
     return None if slot is None or job.expired(slot) else slot
+
+
+def next_slot_words(job: Job, now: datetime, when: Callable[[datetime | None], str]) -> str:
+    """The next slot as ``when`` writes an instant, or why there is none: paused or expired
+    (the admin's job page and list, ``jobs show``)."""
+    if job.expired(now):
+        return f"none: expired {when(job.expires_at)}"
+    if not job.enabled:
+        return "none: paused"
+    return when(next_slot(job, now))
 
 
 def flower_task_url(run: JobRun) -> str | None:

@@ -66,6 +66,8 @@ JOB_KEYS = {
     "expires_at",
     "one_off",
 }
+# What `jobs show` adds, as the admin's job page shows it.
+SHOW_KEYS = {"next_slot", "last_run", "lease"}
 RUN_KEYS = {
     "id",
     "job",
@@ -762,14 +764,49 @@ def test_empty_listings_say_so() -> None:
 def test_show_json_is_one_object_and_text_is_one_field_per_line() -> None:
     add("report", "--every", "90s", "--args", '["Lyon"]', "--queue", "reports")
     record = jobs_json("show", "report")
-    assert isinstance(record, dict) and set(record) == JOB_KEYS
+    assert isinstance(record, dict) and set(record) == JOB_KEYS | SHOW_KEYS
     assert record["schedule"] == "every 90 seconds" and record["args"] == ["Lyon"]
     lines = jobs("show", "report").splitlines()
-    assert len(lines) == len(JOB_KEYS)
+    assert len(lines) == len(JOB_KEYS | SHOW_KEYS)
     assert "schedule            every 90 seconds" in lines
     assert 'args                ["Lyon"]' in lines
     assert "priority            -" in lines
     assert "alerts_muted_until  -" in lines
+
+
+@pytest.mark.django_db
+def test_show_has_the_next_slot_last_run_and_lease_holder_as_the_admin_page() -> None:
+    # Issue 29: the admin's job page has them, `jobs show` had not.
+    report = add("report", "--every", "90s")
+    first = jobs_json("show", "report")
+    assert (first["last_run"], first["lease"]) == (None, None)
+    assert "last_run            -" in jobs("show", "report").splitlines()
+    slot = timezone.now().replace(microsecond=0) - timedelta(minutes=1)
+    JobRun.objects.create(job=report, scheduled_for=slot - timedelta(minutes=1))
+    last = JobRun.objects.create(job=report, scheduled_for=slot, status=RunStatus.FAILED)
+    held = lease.acquire(report.lock_key, "node-a@host:42:run-7", ttl=60)
+    assert held is not None
+
+    record = jobs_json("show", "report")
+    lines = jobs("show", "report").splitlines()
+
+    next_slot = datetime.fromisoformat(record["next_slot"])
+    assert timezone.now() < next_slot <= timezone.now() + timedelta(seconds=90)
+    assert f"next_slot           {next_slot.isoformat(timespec='seconds')}" in lines
+    assert record["last_run"] == {
+        "id": last.pk, "status": "failed", "scheduled_for": slot.isoformat()
+    }  # fmt: skip
+    assert f"last_run            #{last.pk} failed, slot {slot.isoformat()}" in lines  # seconds
+    assert record["lease"] == {
+        "holder": "node-a@host:42:run-7", "token": held.token,
+        "expires_at": held.expires_at.isoformat(),
+    }  # fmt: skip
+    expires = held.expires_at.isoformat(timespec="seconds")
+    assert f"lease               node-a@host:42:run-7 #{held.token}, expires {expires}" in lines
+    # Paused: no next slot, and the text says why, as the admin page does.
+    jobs("pause", "report")
+    assert jobs_json("show", "report")["next_slot"] is None
+    assert "next_slot           none: paused" in jobs("show", "report").splitlines()
 
 
 @pytest.mark.django_db
@@ -889,7 +926,7 @@ def test_a_task_s_summary_is_its_first_sentence_never_cut_mid_sentence() -> None
     assert by_name["tests.cli_long_summary"] == long
     lines = jobs("tasks").splitlines()
     assert any(line.endswith(f"function  -         {wrapped}") for line in lines), lines
-    choices = dict(JobForm().fields["task"].choices)
+    choices = dict(JobForm().fields["task"].widget.choices)
     assert choices["tests.cli_wrapped_summary"] == f"tests.cli_wrapped_summary — {wrapped}"
     assert choices["tests.cli_long_summary"] == f"tests.cli_long_summary — {long}"
 
