@@ -379,11 +379,21 @@ class RunWithArgumentsForm(forms.Form):
         return value
 
 
+# What a DateTimeField reads (Django's input formats and ISO 8601): without an offset, UTC.
+_INSTANT_HINT = "e.g. 2030-01-01 09:00, in UTC, or with an offset, e.g. 2030-01-01 09:00+02:00."
+
+
 class BackfillForm(forms.Form):
     """The admin's "Backfill": runs for the past slots of a range that have none."""
 
-    since = forms.DateTimeField(help_text="The first slot to fill (inclusive), UTC.")
-    until = forms.DateTimeField(help_text="The last one (inclusive), UTC; not in the future.")
+    since = forms.DateTimeField(
+        help_text=f"The first slot to fill (inclusive): {_INSTANT_HINT}",
+        widget=forms.DateTimeInput(attrs={"placeholder": "2030-01-01 09:00"}),
+    )
+    until = forms.DateTimeField(
+        help_text=f"The last one (inclusive), not in the future: {_INSTANT_HINT}",
+        widget=forms.DateTimeInput(attrs={"placeholder": "2030-01-01 18:00"}),
+    )
     max_runs = forms.IntegerField(
         min_value=1,
         max_value=backfill.MAX_RUNS_LIMIT,
