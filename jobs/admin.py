@@ -717,7 +717,8 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="duration")
     def duration(self, run: JobRun) -> str | None:
-        return _seconds(run.duration)
+        seconds = _seconds(run.duration)
+        return None if seconds is None else serializers.duration_words(run, seconds)
 
     @admin.display(description="Flower")
     def flower(self, run: JobRun) -> SafeString | str:

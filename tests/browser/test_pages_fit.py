@@ -181,10 +181,12 @@ def busy_cluster() -> Iterator[dict[str, Model]]:
         description="No billing run while finance closes the quarter. " * 3,
     )
     tokens.create("ci-pipeline-of-the-billing-team-eu-west", actor=TESTS, read_only=True)
+    added = AuditEntry.objects.filter(action=AuditAction.ADD).first()
+    assert added is not None
     yield {
         "job": billing,
         "jobrun": runs[RunStatus.FAILED],
-        "auditentry": AuditEntry.objects.filter(action=AuditAction.ADD).first(),
+        "auditentry": added,
         "incident": incident,
     }
 
@@ -208,7 +210,7 @@ def _pages(rows: dict[str, Model]) -> list[tuple[str, str]]:
         opts = model._meta
         if opts.app_label != "jobs":
             continue
-        name = opts.model_name
+        name = str(opts.model_name)
         pages.append((f"{name}-list", reverse(f"admin:jobs_{name}_changelist")))
         row = rows.get(name) or model._default_manager.first()
         assert row is not None, f"no {name} row to show"

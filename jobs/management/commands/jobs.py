@@ -46,7 +46,7 @@ from jobs.models import (
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import At, Cron, Definition, Triggered, describe
 from jobs.web import serializers
-from jobs.web.serializers import schedule_words
+from jobs.web.serializers import duration_words, schedule_words
 
 VERBS = (
     "add",
@@ -581,7 +581,7 @@ class Command(BaseCommand):
                 run.attempt,
                 run.node,
                 run.started_at,
-                None if run.duration is None else f"{run.duration:.1f}s",
+                None if run.duration is None else duration_words(run, f"{run.duration:.1f}s"),
                 cli.first_line(run.error),
             )
             for run in selected
