@@ -46,7 +46,7 @@ from django_celery_beat.models import (
 )
 
 from jobs import services, timestamps
-from jobs.audit import Actor
+from jobs.audit import JOB_FIELDS, Actor
 from jobs.beat import switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import database_now
@@ -207,15 +207,36 @@ class RecentAuditInline(ReadOnlyInline):
         return audit_changes(entry)
 
 
+# A list row says which values changed, briefly: the first few, each cut short (an ``add`` holds
+# the whole job, 30 values). The entry's page has them all, whole.
+AUDIT_VALUES_LISTED = 4
+AUDIT_VALUE_CHARS = 32
+
+
 def audit_changes(entry: AuditEntry) -> str:
-    """``field: old → new`` per changed value, on one line."""
+    """``field: old → new`` per changed value (``field: new`` for an added job), in the order
+    people read a job's fields, the first ``AUDIT_VALUES_LISTED``, then how many more."""
     before, after = entry.before or {}, entry.after or {}
+    keys = sorted(dict.fromkeys([*before, *after]), key=_reading_order)
     parts = []
-    for key in dict.fromkeys([*before, *after]):
-        old = json.dumps(before[key]) if key in before else "-"
-        new = json.dumps(after[key]) if key in after else "-"
-        parts.append(f"{key}: {old} → {new}")
+    for key in keys[:AUDIT_VALUES_LISTED]:
+        new = _short_json(after[key]) if key in after else "-"
+        parts.append(
+            f"{key}: {_short_json(before[key])} → {new}" if key in before else f"{key}: {new}"
+        )
+    if len(keys) > AUDIT_VALUES_LISTED:
+        parts.append(f"and {len(keys) - AUDIT_VALUES_LISTED} more")
     return "; ".join(parts) or "-"
+
+
+def _reading_order(key: str) -> int:
+    # jsonb keeps an entry's keys shortest first; a job's read name, task, kind, schedule first.
+    return JOB_FIELDS.index(key) if key in JOB_FIELDS else len(JOB_FIELDS)
+
+
+def _short_json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= AUDIT_VALUE_CHARS else text[: AUDIT_VALUE_CHARS - 1] + "…"
 
 
 @admin.register(Job)
@@ -365,12 +386,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="next slot")
     def next_slot(self, job: Job) -> str:
-        now = timezone.now()
-        if job.expired(now):
-            return f"none: expired {timestamps.display(job.expires_at)}"
-        if not job.enabled:
-            return "none: paused"
-        return timestamps.display(serializers.next_slot(job, now))
+        return serializers.next_slot_words(job, timezone.now(), timestamps.display)
 
     @admin.display(description="task", ordering="task")
     def task_name(self, job: Job) -> SafeString:
@@ -543,15 +559,15 @@ class JobAdmin(admin.ModelAdmin):
             return "none"
         return format_html_join(
             ", ",
-            '<a href="{}">#{} {} ({}, {} bad runs) since {}</a>',
+            '<a href="{}">#{} {} ({}, {}) since {}</a>',
             (
                 (
                     reverse("admin:jobs_incident_change", args=[i.pk]),
                     i.pk,
                     i.kind,
                     i.reason,
-                    i.bad_runs,
-                    f"{i.opened_at:%Y-%m-%d %H:%M:%S}",
+                    i.bad_runs_words,
+                    timestamps.display(i.opened_at),
                 )
                 for i in incidents
             ),
@@ -596,14 +612,14 @@ class RunNodeFilter(admin.SimpleListFilter):
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
+    # Eight columns that fit a 1366-px screen beside the filters, as the job list's six: the
+    # trigger and attempt under the status, the fencing token on the run's page (the styles that
+    # let names and times wrap: jobs/templates/admin/jobs/change_list.html).
     list_display = [
         "id",
         "job_link",
         "scheduled_for",
-        "status_badge",
-        "trigger",
-        "attempt",
-        "fencing_token",
+        "status_trigger",
         "node",
         "lag",
         "duration",
@@ -689,13 +705,20 @@ class JobRunAdmin(ReadOnlyAdmin):
     def status_badge(self, run: JobRun) -> SafeString | str:
         return status_badge(run.status)
 
+    @admin.display(description="status (trigger)", ordering="status")
+    def status_trigger(self, run: JobRun) -> SafeString:
+        """The status, and under it how the run came (and which attempt, past the first)."""
+        attempt = f", attempt {run.attempt}" if run.attempt > 1 else ""
+        return format_html("{}<br>{}{}", status_badge(run.status), run.trigger, attempt)
+
     @admin.display(description="lag (start - slot)")
     def lag(self, run: JobRun) -> str | None:
         return _seconds(run.lag)
 
     @admin.display(description="duration")
     def duration(self, run: JobRun) -> str | None:
-        return _seconds(run.duration)
+        seconds = _seconds(run.duration)
+        return None if seconds is None else serializers.duration_words(run, seconds)
 
     @admin.display(description="Flower")
     def flower(self, run: JobRun) -> SafeString | str:
@@ -871,7 +894,9 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     """The audit trail, overall (a job's own entries: the link on its page). Nobody edits or
     deletes entries here."""
 
-    list_display = ["at", "actor", "source", "action", "job_link", "target", "changes"]
+    # Six columns that fit beside the filters at 1366 px: the actor says who (user:, token:,
+    # cli:, code:); through which door, the source filter and the entry's page.
+    list_display = ["at", "actor", "action", "job_link", "target", "changes"]
     list_filter = ["action", "source", "actor", "job_name"]
     search_fields = ["actor", "job_name", "target"]
     show_full_result_count = False
@@ -910,8 +935,9 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 
 def _json_block(value: Any) -> SafeString:
+    # A long value without a space (a path, a token) wraps too, rather than past the screen.
     text = json.dumps(value, indent=2, ensure_ascii=False)
-    return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)
+    return format_html('<pre style="white-space: pre-wrap; overflow-wrap: anywhere">{}</pre>', text)
 
 
 # --- alerts ---------------------------------------------------------------------------------

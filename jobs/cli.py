@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
 from jobs import jsonvalues
-from jobs.models import Incident, Job, JobRun, Lease, Node
+from jobs.models import LIVE_LEASE, Incident, Job, JobRun, Lease, Node
 from jobs.registry import POLICY_FIELDS, JobSpec
 from jobs.schedule.kinds import (
     describe,
@@ -30,7 +30,7 @@ from jobs.schedule.kinds import (
     validate_cron,
     validate_timezone,
 )
-from jobs.web.serializers import job_fields, run_fields
+from jobs.web.serializers import job_fields, next_slot, next_slot_words, run_fields
 
 USAGE = 2
 RUNTIME = 1
@@ -250,6 +250,31 @@ def incident_record(incident: Incident) -> dict[str, object]:
     values = {field: jsonable(getattr(incident, field)) for field in INCIDENT_FIELDS}
     values["job"] = incident.job.name if incident.job else None
     return values
+
+
+def job_now(job: Job, now: datetime) -> tuple[dict[str, object], dict[str, str]]:
+    """What the admin's job page shows of a job now and ``jobs show`` adds, as ``--json`` writes
+    it and as the text reads: its next slot, its last run (by slot) and the live lease of its
+    key, by the database clock."""
+    run = job.runs.order_by("-scheduled_for", "-id").first()
+    held = Lease.objects.filter(LIVE_LEASE, key=job.lock_key).first()
+    record = {
+        "next_slot": jsonable(next_slot(job, now)),
+        "last_run": None if run is None else {
+            "id": run.pk, "status": run.status, "scheduled_for": jsonable(run.scheduled_for)
+        },
+        "lease": None if held is None else {
+            "holder": held.holder, "token": held.token, "expires_at": jsonable(held.expires_at)
+        },
+    }  # fmt: skip
+    lines = {
+        "next_slot": next_slot_words(job, now, cell),
+        "last_run": "-" if run is None else
+        f"#{run.pk} {run.status}, slot {cell(run.scheduled_for)}",
+        "lease": "-" if held is None else
+        f"{held.holder} #{held.token}, expires {cell(held.expires_at)}",
+    }  # fmt: skip
+    return record, lines
 
 
 def run_record(run: JobRun) -> dict[str, object]:

@@ -53,14 +53,15 @@ class ScheduleType(models.TextChoices):
 
 
 # The form fields each kind of schedule reads; the page shows only the chosen kind's
-# (jobs/templates/admin/jobs/job/change_form.html).
+# (jobs/templates/admin/jobs/job/change_form.html). Every kind but continuous may run after
+# other jobs: a continuous one always runs (jobs.dependencies).
 FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
-    ScheduleType.INTERVAL: ("every",),
-    ScheduleType.CRON: ("cron", "timezone"),
-    ScheduleType.ONE_OFF: ("run_at",),
+    ScheduleType.INTERVAL: ("every", "after"),
+    ScheduleType.CRON: ("cron", "timezone", "after"),
+    ScheduleType.ONE_OFF: ("run_at", "after"),
     ScheduleType.CONTINUOUS: (),
-    ScheduleType.TRIGGERED: (),
-    ScheduleType.SOLAR: (),
+    ScheduleType.TRIGGERED: ("after",),
+    ScheduleType.SOLAR: ("after",),
 }
 
 
@@ -153,6 +154,11 @@ class JobForm(forms.ModelForm):
         self.schedule: Definition | None = None
         if self.instance.pk is not None:
             self.initial.setdefault("after", list(self.instance.upstreams.all()))
+            # A job cannot run after itself (jobs.dependencies): not offered.
+            after_field = self.fields["after"]
+            assert isinstance(after_field, forms.ModelMultipleChoiceField)
+            assert after_field.queryset is not None
+            after_field.queryset = after_field.queryset.exclude(pk=self.instance.pk)
         self.stored_schedule = _stored_schedule(self.instance)
         task_field = self.fields["task"]
         assert isinstance(task_field, forms.ChoiceField)
@@ -268,6 +274,8 @@ class JobForm(forms.ModelForm):
         )
 
     def _after(self) -> list[str]:
+        if self.cleaned_data.get("schedule_type") == ScheduleType.CONTINUOUS:
+            return []  # hidden for this kind, as the other kinds' fields: not read
         return [job.name for job in self.cleaned_data.get("after") or []]
 
     def _add_service_errors(self, exc: ValidationError) -> None:
@@ -371,11 +379,21 @@ class RunWithArgumentsForm(forms.Form):
         return value
 
 
+# What a DateTimeField reads (Django's input formats and ISO 8601): without an offset, UTC.
+_INSTANT_HINT = "e.g. 2030-01-01 09:00, in UTC, or with an offset, e.g. 2030-01-01 09:00+02:00."
+
+
 class BackfillForm(forms.Form):
     """The admin's "Backfill": runs for the past slots of a range that have none."""
 
-    since = forms.DateTimeField(help_text="The first slot to fill (inclusive), UTC.")
-    until = forms.DateTimeField(help_text="The last one (inclusive), UTC; not in the future.")
+    since = forms.DateTimeField(
+        help_text=f"The first slot to fill (inclusive): {_INSTANT_HINT}",
+        widget=forms.DateTimeInput(attrs={"placeholder": "2030-01-01 09:00"}),
+    )
+    until = forms.DateTimeField(
+        help_text=f"The last one (inclusive), not in the future: {_INSTANT_HINT}",
+        widget=forms.DateTimeInput(attrs={"placeholder": "2030-01-01 18:00"}),
+    )
     max_runs = forms.IntegerField(
         min_value=1,
         max_value=backfill.MAX_RUNS_LIMIT,

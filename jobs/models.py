@@ -1084,7 +1084,13 @@ class Incident(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} of {self.job_id or 'the cluster'} since {self.opened_at}"
+        """As its page is titled and the outbox lists it (select the job with it)."""
+        about = "the cluster" if self.job is None else self.job.name
+        return f"{self.kind} of {about} since {timestamps.display(self.opened_at)}"
+
+    @property
+    def bad_runs_words(self) -> str:
+        return f"{self.bad_runs} bad run{'' if self.bad_runs == 1 else 's'}"
 
     @property
     def is_open(self) -> bool:

@@ -14,6 +14,7 @@ A plain task gets no ``ctx``; one that declares a keyword-only parameter named `
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -161,8 +162,25 @@ class JobSpec:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(_callable_of(self.func)) or ""
-        return doc.splitlines()[0] if doc else ""
+        """The docstring's first sentence, which often wraps onto its second line."""
+        return first_sentence(inspect.getdoc(_callable_of(self.func)) or "")
+
+
+# A summary is one line of `jobs tasks` and one option of the admin's chooser.
+SUMMARY_LIMIT = 120
+# A sentence ends at . ! or ? before a capital (or the end): "e.g. the city" goes on.
+_SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z]|$)")
+
+
+def first_sentence(text: str, limit: int = SUMMARY_LIMIT) -> str:
+    """The first sentence of ``text``'s first paragraph, whole, or cut at a word's end with an
+    ellipsis when longer than ``limit``."""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    end = _SENTENCE_END.search(paragraph)
+    sentence = paragraph if end is None else paragraph[: end.end()]
+    if len(sentence) <= limit:
+        return sentence
+    return sentence[: limit + 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
 
 
 _REGISTRY: dict[str, JobSpec] = {}

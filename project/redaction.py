@@ -4,9 +4,11 @@
 Celery censors settings by name (``celery.app.utils.filter_hidden_settings``: names with KEY,
 SECRET, PASS, DATABASE, ...) and masks the password of ``broker_url`` under that exact name
 only. Read through Django's settings (namespace ``CELERY``) the broker URL is
-``CELERY_BROKER_URL``, which it shows whole, password included. Two rules are added to
-Celery's: the password of every URL is masked, whatever its setting is called, and a few more
-names that carry credentials are hidden whole.
+``CELERY_BROKER_URL``, which it shows whole, password included. And a name it hides (DATABASE,
+KEY, ...) it hides only when the value is no mapping: ``DATABASES`` it walks, masking the password
+alone and showing the engine, user, host and port. Three rules are added to Celery's: the password
+of every URL is masked, whatever its setting is called, a few more names that carry credentials
+are hidden whole, and so is every name Celery hides, whatever its value.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from functools import wraps
 from typing import Any
 
 import celery.app.utils
+from celery.app.utils import HIDDEN_SETTINGS  # type: ignore[attr-defined]  # not in the stubs
 
 MASK = "********"
 # Names Celery leaves visible that carry credentials: ``user:password`` pairs, webhooks whose
@@ -28,9 +31,9 @@ URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s/
 
 
 def redact(value: Any, name: str | None = None) -> Any:
-    """``value`` with every URL's password masked, and masked whole under a hidden ``name``;
-    mappings, lists and tuples are walked."""
-    if name is not None and HIDDEN_NAMES.search(name):
+    """``value`` with every URL's password masked, and masked whole under a hidden ``name``
+    (ours or Celery's); mappings, lists and tuples are walked."""
+    if name is not None and (HIDDEN_NAMES.search(name) or HIDDEN_SETTINGS.search(name)):
         return MASK
     if isinstance(value, str):
         return URL_PASSWORD.sub(rf"\g<head>{MASK}@", value)

@@ -64,6 +64,8 @@ STATUS_COLOURS: dict[str, str] = {
 
 _CHART_WIDTH, _CHART_HEIGHT = 900, 220
 _LEFT, _BOTTOM, _TOP = 40, 24, 10
+# Room for half a time label ("07:20", centred on its tick) past the last bar.
+_RIGHT = 20
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def runs_per_bucket(now: datetime, window: timedelta) -> Series:
 
 def chart_svg(series: Series) -> SafeString:
     """A stacked bar chart of ``series``, with axes, hour labels and a tooltip per bar."""
-    plot_w = _CHART_WIDTH - _LEFT - 10
+    plot_w = _CHART_WIDTH - _LEFT - _RIGHT
     plot_h = _CHART_HEIGHT - _BOTTOM - _TOP
     ticks = round_ticks(max([series.total(i) for i in range(series.buckets)] + [1]))
     top = ticks[-1]

@@ -286,6 +286,7 @@ _SCHEMAS: dict[str, Any] = {
             "created_at",
             "lag_seconds",
             "duration_seconds",
+            "duration_upper_bound",
             "idempotency_key",
             "retry_of",
         ],
@@ -305,6 +306,11 @@ _SCHEMAS: dict[str, Any] = {
             "finished_at": _nullable(_DATETIME),
             "lag_seconds": _nullable({"type": "number", "description": "Start minus slot."}),
             "duration_seconds": _nullable({"type": "number"}),
+            "duration_upper_bound": {
+                "type": "boolean",
+                "description": "True for a lost run: it ended when it was recorded lost, so it "
+                "ran at most duration_seconds (its worker may have died sooner).",
+            },
             "error": {"type": "string"},
             "idempotency_key": _nullable({"type": "string"}),
             "retry_of": _nullable({"type": "integer"}),

@@ -3,6 +3,7 @@ admin, the dashboard and the JSON API."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +11,7 @@ from jobs.backfill import BackfillResult
 from jobs.beat import entries, schedule_errors
 from jobs.conf import get_ops_conf
 from jobs.dispatch import task_id_for
-from jobs.models import AuditEntry, Job, JobKind, JobRun, ScheduleError, Trigger
+from jobs.models import AuditEntry, Job, JobKind, JobRun, RunStatus, ScheduleError, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import slots
 from jobs.schedule.kinds import Triggered, describe
@@ -45,6 +46,16 @@ def next_slot(job: Job, now: datetime) -> datetime | None:
     except Exception:  # an unreadable entry, a cron with no next date: shown as the error
         return None
     return None if slot is None or job.expired(slot) else slot
+
+
+def next_slot_words(job: Job, now: datetime, when: Callable[[datetime | None], str]) -> str:
+    """The next slot as ``when`` writes an instant, or why there is none: paused or expired
+    (the admin's job page and list, ``jobs show``)."""
+    if job.expired(now):
+        return f"none: expired {when(job.expires_at)}"
+    if not job.enabled:
+        return "none: paused"
+    return when(next_slot(job, now))
 
 
 def flower_task_url(run: JobRun) -> str | None:
@@ -118,6 +129,20 @@ RUN_FIELDS = (
 )
 
 
+def duration_upper_bound(run: JobRun) -> bool:
+    """Whether the run's duration only bounds how long it ran: a lost run ends when it was
+    recorded lost, and its worker stopped renewing the lease some time before (up to a lease ttl
+    and a recovery pass). No stored row says when: the lease row is the next run's once taken
+    again, and a node's heartbeat is the node's, not the run's."""
+    return run.status == RunStatus.LOST and run.duration is not None
+
+
+def duration_words(run: JobRun, seconds: str) -> str:
+    """``seconds`` (the duration as a page or the CLI writes it), said to be an upper bound for
+    a lost run: the same words in the admin and the CLI."""
+    return f"≤ {seconds} (until recorded lost)" if duration_upper_bound(run) else seconds
+
+
 def run_fields(run: JobRun) -> dict[str, Any]:
     """Expects ``job`` selected with the run."""
     record = {field: getattr(run, field) for field in RUN_FIELDS}
@@ -133,6 +158,7 @@ def run_record(run: JobRun, *, with_traceback: bool = False) -> dict[str, Any]:
         created_at=run.created_at,
         lag_seconds=run.lag,
         duration_seconds=run.duration,
+        duration_upper_bound=duration_upper_bound(run),
         idempotency_key=run.idempotency_key or None,
         retry_of=run.retry_of_id,
     )

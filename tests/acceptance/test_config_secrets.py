@@ -107,6 +107,8 @@ def test_no_password_in_a_workers_conf_and_stats_replies_or_in_celery_report(
     (conf,) = replies["conf"].values()
     # The replies are the worker's real configuration, its broker URL masked.
     assert conf["CELERY_BROKER_URL"] == f"redis://:********@127.0.0.1:{port}/0"
+    # Not even where the database is and who logs in (Celery masks its password alone).
+    assert conf["DATABASES"] == "********"
     assert report.returncode == 0, report.stderr
     assert f"CELERY_BROKER_URL: 'redis://:********@127.0.0.1:{port}/0'" in report.stdout
     shown = {name: json.dumps(reply) for name, reply in replies.items()}

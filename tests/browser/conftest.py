@@ -29,8 +29,8 @@ LAUNCH_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# The narrowest common laptop screen: every admin page must work at this width.
-VIEWPORT = ViewportSize(width=1366, height=900)
+# The smallest common laptop screen: every admin page must work at this size.
+VIEWPORT = ViewportSize(width=1366, height=768)
 # Screenshots of each step (git-ignored); JOBS_BROWSER_ARTIFACTS puts them elsewhere.
 ARTIFACTS = Path(os.environ.get("JOBS_BROWSER_ARTIFACTS") or ROOT / "artifacts" / "browser")
 

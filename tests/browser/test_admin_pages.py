@@ -139,7 +139,7 @@ def test_the_job_page_shows_the_next_slot_and_the_live_holder(
     assert len(set(slots)) == 3  # ten seconds apart, three different times
 
 
-SCHEDULE_ROWS = ("every", "cron", "timezone", "run_at")
+SCHEDULE_ROWS = ("every", "cron", "timezone", "run_at", "after")
 
 
 def _shown_schedule_rows(page: Page) -> set[str]:
@@ -150,13 +150,14 @@ def test_the_form_shows_only_the_chosen_schedule_kind_s_fields(operator: Page) -
     page = operator
     page.goto("/admin/jobs/job/add/")
 
-    assert _shown_schedule_rows(page) == {"every"}  # interval, the default
+    assert _shown_schedule_rows(page) == {"every", "after"}  # interval, the default
     shot(page, "form-interval")
     expected = {
-        "cron": {"cron", "timezone"},
-        "one_off": {"run_at"},
-        "continuous": set(),
-        "interval": {"every"},
+        "cron": {"cron", "timezone", "after"},
+        "one_off": {"run_at", "after"},
+        "continuous": set(),  # always runs: after no other job
+        "triggered": {"after"},
+        "interval": {"every", "after"},
     }
     for kind, rows in expected.items():
         page.check(f"input[name=schedule_type][value={kind}]")
@@ -175,7 +176,7 @@ def test_the_form_shows_only_the_chosen_schedule_kind_s_fields(operator: Page) -
     expect(page.locator("ul.messagelist")).to_contain_text("weekday-export")
 
     # Its page opens on the cron fields.
-    assert _shown_schedule_rows(page) == {"cron", "timezone"}
+    assert _shown_schedule_rows(page) == {"cron", "timezone", "after"}
     expect(page.locator("#id_cron")).to_have_value("30 2 * * 1-5")
     entry = Job.objects.get(name="weekday-export").periodic_task
     assert entry is not None

@@ -781,15 +781,15 @@ def test_the_form_knows_which_fields_each_schedule_kind_shows(admin_client):
 
     script = re.search(r'<script id="schedule-fields" type="application/json">(.*?)</script>', page)
     assert json.loads(script.group(1)) == {
-        "interval": ["every"],
-        "cron": ["cron", "timezone"],
-        "one_off": ["run_at"],
-        "continuous": [],
-        "triggered": [],
-        "solar": [],  # offered only for an adopted solar entry, kept as it is
+        "interval": ["every", "after"],
+        "cron": ["cron", "timezone", "after"],
+        "one_off": ["run_at", "after"],
+        "continuous": [],  # always runs: after nothing
+        "triggered": ["after"],
+        "solar": ["after"],  # offered only for an adopted solar entry, kept as it is
     }
     # Without JavaScript every schedule field is on the page, none hidden.
-    for name in ("every", "cron", "timezone", "run_at"):
+    for name in ("every", "cron", "timezone", "run_at", "after"):
         assert re.search(rf'<div class="form-row field-{name}">', page), name
 
 
@@ -854,6 +854,33 @@ def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_cli
     assert re.findall(r'<option value="([^"]*)" selected>', after) == [
         job_.name for job_ in upstreams
     ]
+
+
+def test_a_job_s_after_choices_are_the_jobs_it_may_run_after(admin_client):
+    # Issue 29: the choices offered the job itself (and continuous jobs never end a run).
+    job_ = make_job("middle")
+    make_job("first")
+    services.create_job(
+        services.JobDefinition(name="poller", task=TASK, schedule=None), actor=Actor.code("tests")
+    )
+
+    page = admin_client.get(change_url(job_)).content.decode()
+    after = re.search(r'<select name="after".*?</select>', page, re.S).group(0)
+
+    assert re.findall(r'<option value="([^"]*)"', after) == ["first"]
+
+
+def test_a_continuous_job_s_hidden_after_choices_are_not_read(admin_client):
+    # The page hides "After" for a continuous job; what it still holds (chosen before the
+    # operator switched kinds) is not an error on a field the operator cannot see.
+    make_job("first")
+    data = form_data(name="poller", schedule_type="continuous", after="first")
+
+    response = admin_client.post(ADD_URL, data)
+
+    assert response.status_code == 302, form_errors(response)
+    poller = Job.objects.get(name="poller")
+    assert (poller.kind, list(poller.upstreams.all())) == ("continuous", [])
 
 
 @pytest.mark.parametrize("name", ["a\nb", "a\u2028b", "\x1b[2J"])

@@ -18,6 +18,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobs import timestamps
 from jobs.alerts import channels, outbox, sender
 from jobs.alerts.detect import open_incident, resolve_incidents
 from jobs.conf import get_alerts_conf
@@ -371,6 +372,15 @@ def test_the_admin_mutes_and_shows_open_incidents(
     page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
     incident = Incident.objects.get(job=job)
     assert f"/admin/jobs/incident/{incident.pk}/change/" in page and "failing" in page
+    # Its time with the zone, as every time on the pages; one bad run, not "1 bad runs".
+    since = timestamps.display(incident.opened_at)
+    assert since.endswith(" UTC")
+    assert f"#{incident.pk} failing (failed, 1 bad run) since {since}</a>" in page
+    _run(job)
+    page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert f"#{incident.pk} failing (failed, 2 bad runs) since {since}</a>" in page
+    for url in (f"/admin/jobs/incident/{incident.pk}/change/", "/admin/jobs/alertdelivery/"):
+        assert f"failing of flaky since {since}" in admin_client.get(url).content.decode(), url
     answer = admin_client.post(
         "/admin/jobs/job/", {"action": "mute_2h", "_selected_action": [job.pk]}
     )

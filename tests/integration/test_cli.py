@@ -22,6 +22,7 @@ from pytest_django import DjangoCaptureOnCommitCallbacks
 
 from jobs import dispatch, job
 from jobs.context import JobContext
+from jobs.forms import JobForm
 from jobs.guard import lease
 from jobs.models import ApiToken, Blackout, Job, JobRun, Node, RunStatus, Trigger
 
@@ -65,6 +66,8 @@ JOB_KEYS = {
     "expires_at",
     "one_off",
 }
+# What `jobs show` adds, as the admin's job page shows it.
+SHOW_KEYS = {"next_slot", "last_run", "lease"}
 RUN_KEYS = {
     "id",
     "job",
@@ -100,6 +103,21 @@ def cli_example(ctx: JobContext, city: str = "Paris") -> str:
     More lines that the tasks listing leaves out.
     """
     return f"hello {city}"
+
+
+@job("tests.cli_wrapped_summary")
+def cli_wrapped_summary(ctx: JobContext) -> None:
+    """Reconciles the day's invoices with the payment provider's settlement report, then mails
+    the differences to finance. Its second sentence is left out.
+    """
+
+
+@job("tests.cli_long_summary")
+def cli_long_summary(ctx: JobContext) -> None:
+    """Walks every warehouse of every region and every shelf of every aisle of each of them,
+    counting the boxes, the pallets and the crates it finds there, e.g. the empty ones too,
+    and stores the totals.
+    """
 
 
 def jobs(*args: str) -> str:
@@ -746,14 +764,49 @@ def test_empty_listings_say_so() -> None:
 def test_show_json_is_one_object_and_text_is_one_field_per_line() -> None:
     add("report", "--every", "90s", "--args", '["Lyon"]', "--queue", "reports")
     record = jobs_json("show", "report")
-    assert isinstance(record, dict) and set(record) == JOB_KEYS
+    assert isinstance(record, dict) and set(record) == JOB_KEYS | SHOW_KEYS
     assert record["schedule"] == "every 90 seconds" and record["args"] == ["Lyon"]
     lines = jobs("show", "report").splitlines()
-    assert len(lines) == len(JOB_KEYS)
+    assert len(lines) == len(JOB_KEYS | SHOW_KEYS)
     assert "schedule            every 90 seconds" in lines
     assert 'args                ["Lyon"]' in lines
     assert "priority            -" in lines
     assert "alerts_muted_until  -" in lines
+
+
+@pytest.mark.django_db
+def test_show_has_the_next_slot_last_run_and_lease_holder_as_the_admin_page() -> None:
+    # Issue 29: the admin's job page has them, `jobs show` had not.
+    report = add("report", "--every", "90s")
+    first = jobs_json("show", "report")
+    assert (first["last_run"], first["lease"]) == (None, None)
+    assert "last_run            -" in jobs("show", "report").splitlines()
+    slot = timezone.now().replace(microsecond=0) - timedelta(minutes=1)
+    JobRun.objects.create(job=report, scheduled_for=slot - timedelta(minutes=1))
+    last = JobRun.objects.create(job=report, scheduled_for=slot, status=RunStatus.FAILED)
+    held = lease.acquire(report.lock_key, "node-a@host:42:run-7", ttl=60)
+    assert held is not None
+
+    record = jobs_json("show", "report")
+    lines = jobs("show", "report").splitlines()
+
+    next_slot = datetime.fromisoformat(record["next_slot"])
+    assert timezone.now() < next_slot <= timezone.now() + timedelta(seconds=90)
+    assert f"next_slot           {next_slot.isoformat(timespec='seconds')}" in lines
+    assert record["last_run"] == {
+        "id": last.pk, "status": "failed", "scheduled_for": slot.isoformat()
+    }  # fmt: skip
+    assert f"last_run            #{last.pk} failed, slot {slot.isoformat()}" in lines  # seconds
+    assert record["lease"] == {
+        "holder": "node-a@host:42:run-7", "token": held.token,
+        "expires_at": held.expires_at.isoformat(),
+    }  # fmt: skip
+    expires = held.expires_at.isoformat(timespec="seconds")
+    assert f"lease               node-a@host:42:run-7 #{held.token}, expires {expires}" in lines
+    # Paused: no next slot, and the text says why, as the admin page does.
+    jobs("pause", "report")
+    assert jobs_json("show", "report")["next_slot"] is None
+    assert "next_slot           none: paused" in jobs("show", "report").splitlines()
 
 
 @pytest.mark.django_db
@@ -855,6 +908,27 @@ def test_tasks_lists_registered_functions_with_summary_and_declared_schedule() -
     assert line.split(None, 4) == [
         "tests.cli_example", "job", "function", "-", "Greets a city, for the CLI tests."
     ]  # fmt: skip
+
+
+def test_a_task_s_summary_is_its_first_sentence_never_cut_mid_sentence() -> None:
+    # The first sentence of a docstring often wraps onto its second line; a very long one is cut
+    # at a word's end, with an ellipsis. The same words in `jobs tasks` and the admin's chooser.
+    wrapped = (
+        "Reconciles the day's invoices with the payment provider's settlement report, then "
+        "mails the differences to finance."
+    )
+    long = (
+        "Walks every warehouse of every region and every shelf of every aisle of each of them, "
+        "counting the boxes, the pallets…"
+    )
+    by_name = {record["name"]: record["summary"] for record in jobs_json("tasks")}
+    assert by_name["tests.cli_wrapped_summary"] == wrapped
+    assert by_name["tests.cli_long_summary"] == long
+    lines = jobs("tasks").splitlines()
+    assert any(line.endswith(f"function  -         {wrapped}") for line in lines), lines
+    choices = dict(JobForm().fields["task"].widget.choices)
+    assert choices["tests.cli_wrapped_summary"] == f"tests.cli_wrapped_summary — {wrapped}"
+    assert choices["tests.cli_long_summary"] == f"tests.cli_long_summary — {long}"
 
 
 # --- operating a job ----------------------------------------------------------------------

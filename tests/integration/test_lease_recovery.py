@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -9,17 +11,24 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
+from jobs.audit import Actor
 from jobs.context import first_attempt
 from jobs.guard import lease, run_records
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
+from jobs.web import tokens
 from tests.integration.conftest import Published
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+TESTS = Actor.code("tests")
 
 
 def _running(job: Job, holder: str = "node-x:1:run") -> JobRun:
@@ -208,3 +217,42 @@ def test_a_run_whose_lease_is_taken_away_is_lost_and_retried_under_on_lost_retry
     retry = JobRun.objects.get(retry_of=run)
     assert (retry.attempt, retry.trigger) == (2, Trigger.RETRY)
     assert [run_id for run_id, _ in published] == [retry.pk]
+
+
+def test_a_lost_run_s_duration_is_an_upper_bound_in_the_admin_the_api_and_the_cli(
+    make_job: Callable[..., Job], admin_client: Client
+) -> None:
+    # Issue 29: 40.5 s for a worker killed 26 s in, shown as if it ran that long. Its end is when
+    # recovery recorded it lost; its worker stopped renewing the lease some time before, and no
+    # stored row says when (the lease row is the next run's once taken again).
+    job = make_job("killed", lease_ttl=10)
+    run = _running(job)
+    assert run.started_at is not None
+    assert recover_lost_runs(now=run.started_at + timedelta(seconds=40.5)) == [run.pk]
+    run.refresh_from_db()
+    assert run.duration == 40.5
+    done = JobRun.objects.create(
+        job=job,
+        scheduled_for=run.scheduled_for - timedelta(minutes=1),
+        status=RunStatus.SUCCEEDED,
+        started_at=run.started_at - timedelta(minutes=1),
+        finished_at=run.started_at - timedelta(minutes=1) + timedelta(seconds=2),
+    )
+    words = "≤ 40.50 s (until recorded lost)"
+
+    page = admin_client.get(reverse("admin:jobs_jobrun_change", args=[run.pk])).content.decode()
+    listing = admin_client.get(reverse("admin:jobs_jobrun_changelist")).content.decode()
+    api = Client(headers={"authorization": f"Bearer {tokens.create('t', actor=TESTS)[1]}"})
+    lost, succeeded = (api.get(f"/api/runs/{pk}").json() for pk in (run.pk, done.pk))
+    out = io.StringIO()
+    call_command("jobs", "runs", "killed", stdout=out)
+
+    shown = rf'field-duration.*?<div class="readonly">{re.escape(words)}</div>'
+    assert re.search(shown, page, re.S)
+    assert f'<td class="field-duration">{words}</td>' in listing
+    assert '<td class="field-duration">2.00 s</td>' in listing
+    assert (lost["duration_seconds"], lost["duration_upper_bound"]) == (40.5, True)
+    assert (succeeded["duration_seconds"], succeeded["duration_upper_bound"]) == (2.0, False)
+    lines = {line.split()[0]: line for line in out.getvalue().splitlines()}
+    assert "  ≤ 40.5s (until recorded lost)  " in lines[str(run.pk)]
+    assert "  2.0s  " in lines[str(done.pk)]

@@ -45,7 +45,16 @@ class DjangoLikeSettings:
 
     CELERY_BROKER_URL = "redis://:broker-pw@127.0.0.1:6379/0"
     CELERY_RESULT_BACKEND = "db+postgresql://u:backend-pw@db/results"
-    DATABASES = {"default": {"PASSWORD": "db-pw"}}
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "jobs-db-name",
+            "USER": "jobs-db-user",
+            "PASSWORD": "db-pw",
+            "HOST": "db-host.internal",
+            "PORT": 5433,
+        }
+    }
     SECRET_KEY = "secret-key-value"
     CELERY_TASK_ACKS_LATE = True
 
@@ -63,3 +72,17 @@ def test_celerys_own_tables_use_both_rule_sets() -> None:
     assert f"CELERY_BROKER_URL: 'redis://:{MASK}@127.0.0.1:6379/0'" in report
     for secret in ("broker-pw", "backend-pw", "db-pw", "secret-key-value"):
         assert secret not in repr(app.conf.table()) and secret not in report
+
+
+def test_the_database_settings_are_hidden_whole() -> None:
+    # Celery hides a name like DATABASE only when its value is no mapping: DATABASES itself it
+    # walks, masking the password alone and showing where the database is and who logs in.
+    redaction.install()
+    app = Celery("redaction-test", set_as_current=False)
+    app.config_from_object(DjangoLikeSettings, namespace="CELERY")
+
+    assert app.conf.table()["DATABASES"] == MASK
+    report = app.conf.humanize()
+    details = ("jobs-db-name", "jobs-db-user", "db-host.internal", "5433", "django.db.backends")
+    for detail in details:
+        assert detail not in repr(app.conf.table()) and detail not in report

@@ -46,7 +46,7 @@ from jobs.models import (
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import At, Cron, Definition, Triggered, describe
 from jobs.web import serializers
-from jobs.web.serializers import schedule_words
+from jobs.web.serializers import duration_words, schedule_words
 
 VERBS = (
     "add",
@@ -134,7 +134,10 @@ class Command(BaseCommand):
         self._add_add(verbs)
         self._add_listing(verbs, "list", "List jobs with their schedule and state.")
         show = verbs.add_parser(
-            "show", verb="show", help="Show one job: schedule, policies, arguments."
+            "show",
+            verb="show",
+            help="Show one job: schedule, policies, arguments; its next slot, last run and "
+            "lease holder.",
         )
         show.add_argument("name", metavar="NAME")
         show.add_argument("--json", action="store_true", help="Print a JSON object.")
@@ -388,12 +391,15 @@ class Command(BaseCommand):
         self._table(("NAME", "TASK", "SCHEDULE", "STATE", "OVERLAP", "QUEUE"), rows, "jobs")
 
     def _verb_show(self, options: dict[str, Any]) -> None:
-        record = cli.job_record(services.get_job(options["name"]))
+        job = services.get_job(options["name"])
+        now_record, now_lines = cli.job_now(job, timezone.now())
+        record = {**cli.job_record(job), **now_record}
         if options["json"]:
             self._json(record)
             return
         for key in ("args", "kwargs"):
             record[key] = cli.to_json(record[key], indent=None)
+        record.update(now_lines)
         width = max(len(key) for key in record)
         for key, value in record.items():
             self.stdout.write(f"{key.ljust(width)}  {cli.cell(value)}")
@@ -575,7 +581,7 @@ class Command(BaseCommand):
                 run.attempt,
                 run.node,
                 run.started_at,
-                None if run.duration is None else f"{run.duration:.1f}s",
+                None if run.duration is None else duration_words(run, f"{run.duration:.1f}s"),
                 cli.first_line(run.error),
             )
             for run in selected

@@ -1,0 +1,291 @@
+"""Every page of the jobs admin on a 1366 by 768 laptop screen (conftest.VIEWPORT), with data in
+every table (long job, node and holder names, failed and lost runs, audit entries of every size,
+incidents): no column of a list, no field of a form, no label of the chart lies outside the
+screen or is scrolled out of its box (issue 29). The pages are found from the admin's own
+registry, so a new model's list and page are checked without anyone adding them here.
+
+No worker or beat here: the rows are written as the cluster would, and the pages read them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import User
+from django.db.models import Model
+from django.urls import reverse
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+import tests.support.jobs_under_test  # noqa: F401  (registers tests.record)
+from jobs import services
+from jobs.alerts.detect import open_incident
+from jobs.audit import Actor
+from jobs.guard import lease
+from jobs.models import (
+    AlertDelivery,
+    AuditAction,
+    AuditEntry,
+    BeatHeartbeat,
+    Incident,
+    Job,
+    JobRun,
+    Node,
+    RunStatus,
+    Trigger,
+)
+from jobs.schedule.kinds import Cron, Every, Triggered
+from jobs.web import tokens
+from tests.browser.conftest import VIEWPORT, shot
+
+pytestmark = pytest.mark.browser
+
+PASSWORD = "a-long-test-password-4242"
+TESTS = Actor.code("tests")
+# Names as long as real ones get: node name, pid, run id (jobs.guard.runner).
+NODE = "celery@worker-node-07.eu-west-1.compute.internal"
+HOLDER = f"{NODE}:1234567:run-9876543"
+ERROR = (
+    "ConnectionError: HTTPSConnectionPool(host='payments.example.com', port=443): Max retries "
+    "exceeded with url: /v2/settlements?date=2030-01-01&currency=EUR&page=17"
+)
+
+# The viewport's width, scrolled-out boxes included: for each element, the part of the page it
+# may occupy is the screen cut by every ancestor that clips what overflows it (a list's results
+# box scrolls sideways, the chart's SVG clips its labels). An element not rendered (a hidden
+# schedule field, a closed fieldset) has an empty box and is not looked at.
+OUT_OF_VIEW = """(selectors) => {
+    const describe = (el) => {
+        const classes = (el.getAttribute("class") || "").trim().split(/\\s+/).filter(Boolean);
+        const cls = classes.map((name) => "." + name).join("");
+        const text = (el.innerText || el.textContent || el.value || "").trim().slice(0, 40);
+        return `${el.tagName.toLowerCase()}${cls} "${text}"`;
+    };
+    const problems = [];
+    const seen = new Set();  // one line per column or kind of field
+    const page = document.documentElement;
+    if (page.scrollWidth > window.innerWidth) {
+        problems.push(`the page is ${page.scrollWidth} px wide`);
+    }
+    for (const el of document.querySelectorAll(selectors)) {
+        const box = el.getBoundingClientRect();
+        if (box.width === 0 && box.height === 0) continue;
+        let left = 0, right = page.clientWidth;
+        for (let up = el.parentElement; up; up = up.parentElement) {
+            if (getComputedStyle(up).overflowX === "visible") continue;
+            const clip = up.getBoundingClientRect();
+            left = Math.max(left, clip.left + up.clientLeft);
+            right = Math.min(right, clip.left + up.clientLeft + (up.clientWidth || clip.width));
+        }
+        if (box.left < left - 1 || box.right > right + 1) {
+            const spans = `${Math.round(box.left)}-${Math.round(box.right)} px`;
+            const shown = `${Math.round(left)}-${Math.round(right)} px`;
+            const what = describe(el);
+            if (!seen.has(what.split(" ")[0])) {
+                problems.push(`${what} spans ${spans}, in view ${shown}`);
+            }
+            seen.add(what.split(" ")[0]);
+        }
+    }
+    return problems;
+}"""
+# What each kind of page must keep in view: the columns of its lists (the changelist, the inlines,
+# the dashboard's tables), the fields of its forms and the chart's labels.
+LIST_PARTS = "#result_list th, #result_list td, .inline-group th, .inline-group td, table.dash td"
+FORM_PARTS = (
+    ".form-row label, .form-row input:not([type=hidden]), .form-row select, .form-row textarea, "
+    ".form-row .readonly, .submit-row input"
+)
+CHART_PARTS = "svg.runs-chart text"
+# A list row taller than this (a fifth of the screen) buries the rows after it.
+TALLEST_ROW = VIEWPORT["height"] / 5
+
+
+def _job(name: str, schedule: Every | Cron | Triggered | None, **kwargs: Any) -> Job:
+    definition = services.JobDefinition(
+        name=name,
+        task="tests.record",
+        schedule=schedule,
+        kwargs={"log": f"/var/lib/jobs/{name}/{'x' * 120}.log"},
+        **kwargs,
+    )
+    return services.create_job(definition, actor=TESTS)
+
+
+@pytest.fixture
+def busy_cluster() -> Iterator[dict[str, Model]]:
+    """A row in every table the admin shows, as long as real ones get."""
+    billing = _job("nightly-billing-reconciliation-eu-west-with-a-long-name", Every(seconds=10))
+    cron = _job("warehouse-export-weekdays", Cron(expr="30 2 * * 1-5", tz="Europe/Paris"))
+    _job("inventory-feed-poller-of-the-eu-west-warehouses", None)  # continuous
+    _job("ledger-close-after-billing", Triggered(), after=[billing.name])
+    services.set_enabled(cron, False, actor=TESTS)
+    services.mute(billing.name, timezone.now() + timedelta(hours=2), actor=TESTS)
+    now = timezone.now().replace(microsecond=0)
+    runs = {}
+    for minutes, status in enumerate(RunStatus, start=1):
+        slot = now - timedelta(minutes=minutes)
+        started = status not in (RunStatus.SCHEDULED, RunStatus.MISSED, RunStatus.SKIPPED)
+        ended = started and status != RunStatus.RUNNING
+        runs[status] = JobRun.objects.create(
+            job=billing,
+            scheduled_for=slot,
+            status=status,
+            trigger=Trigger.SCHEDULED if minutes % 2 else Trigger.MANUAL,
+            attempt=2 if status == RunStatus.FAILED else 1,
+            fencing_token=123456 + minutes if started else None,
+            node=NODE if started else "",
+            pid=1234567 if started else None,
+            started_at=slot + timedelta(seconds=0.35) if started else None,
+            finished_at=slot + timedelta(seconds=40.5) if ended else None,
+            error=ERROR if status in (RunStatus.FAILED, RunStatus.LOST) else "",
+            traceback="Traceback (most recent call last):\n" + "  File 'x.py'\n" * 30 + ERROR,
+        )
+    assert lease.acquire(billing.lock_key, HOLDER, ttl=600) is not None
+    Node.objects.create(
+        name=NODE,
+        host="worker-node-07.eu-west-1.compute.internal",
+        pid=1234567,
+        queues=["default", "reports-eu-west", "billing-eu-west"],
+        started_at=now,
+        last_heartbeat=now,
+    )
+    BeatHeartbeat.objects.create(
+        name="beat-host-eu-west-1.compute.internal:7654321",
+        host="beat-host-eu-west-1.compute.internal",
+        pid=7654321,
+        started_at=now,
+        last_seen=now,
+        ticks=100,
+        tick_seconds=1.5,
+    )
+    open_incident(billing.pk, "failing", "failed", ERROR, runs[RunStatus.FAILED].pk)
+    open_incident(None, "no_beat", "no_beat", "no live beat for 120 s: every beat is down")
+    incident = Incident.objects.filter(job=billing).first()
+    assert incident is not None
+    if not AlertDelivery.objects.exists():
+        AlertDelivery.objects.create(
+            incident=incident, event="opened", channel="webhook", last_error=ERROR
+        )
+    services.add_blackout(
+        "quarter-end-freeze-of-the-billing-systems",
+        now + timedelta(days=1),
+        now + timedelta(days=2),
+        actor=TESTS,
+        job_name=billing.name,
+        description="No billing run while finance closes the quarter. " * 3,
+    )
+    tokens.create("ci-pipeline-of-the-billing-team-eu-west", actor=TESTS, read_only=True)
+    added = AuditEntry.objects.filter(action=AuditAction.ADD).first()
+    assert added is not None
+    yield {
+        "job": billing,
+        "jobrun": runs[RunStatus.FAILED],
+        "auditentry": added,
+        "incident": incident,
+    }
+
+
+@pytest.fixture
+def operator(page: Page) -> Page:
+    User.objects.create_superuser("operator", password=PASSWORD)
+    page.goto("/admin/login/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    expect(page.locator("#user-tools")).to_contain_text("operator")
+    return page
+
+
+def _pages(rows: dict[str, Model]) -> list[tuple[str, str]]:
+    """Every list and page of the jobs admin (one row of each model: the fullest), its add
+    pages, the job's own forms and the dashboard."""
+    pages = []
+    for model, model_admin in admin.site._registry.items():
+        opts = model._meta
+        if opts.app_label != "jobs":
+            continue
+        name = str(opts.model_name)
+        pages.append((f"{name}-list", reverse(f"admin:jobs_{name}_changelist")))
+        row = rows.get(name) or model._default_manager.first()
+        assert row is not None, f"no {name} row to show"
+        pages.append((f"{name}-page", reverse(f"admin:jobs_{name}_change", args=[row.pk])))
+        if model_admin.has_add_permission(_superuser_request()):
+            pages.append((f"{name}-add", reverse(f"admin:jobs_{name}_add")))
+    job = rows["job"].pk
+    pages.append(("job-backfill", reverse("admin:jobs_job_backfill", args=[job])))
+    pages.append(("job-run", reverse("admin:jobs_job_run", args=[job])))
+    pages.append(("dashboard", reverse("jobs_dashboard")))
+    return pages
+
+
+def _superuser_request() -> Any:
+    class Request:
+        user = User.objects.get(username="operator")
+
+    return Request()
+
+
+def test_every_list_form_and_chart_of_the_admin_fits_a_1366_px_screen(
+    operator: Page, busy_cluster: dict[str, Model]
+) -> None:
+    page = operator
+    problems = []
+    for name, url in _pages(busy_cluster):
+        page.goto(url)
+        assert page.locator("#content").count() == 1, f"{name}: {url} did not render"
+        shot(page, f"fit-{name}")
+        found = page.evaluate(OUT_OF_VIEW, f"{LIST_PARTS}, {FORM_PARTS}, {CHART_PARTS}")
+        tall = page.evaluate(
+            "(most) => [...document.querySelectorAll('#result_list tbody tr')]"
+            ".map(row => row.getBoundingClientRect().height).filter(height => height > most)",
+            TALLEST_ROW,
+        )
+        found += [f"a row {height:.0f} px tall" for height in tall]
+        problems += [f"{name} ({url}): {problem}" for problem in found]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_audit_list_shows_a_compact_diff_and_the_entry_page_the_full_values(
+    operator: Page, busy_cluster: dict[str, Model]
+) -> None:
+    page = operator
+    page.goto(reverse("admin:jobs_auditentry_changelist"))
+    added = busy_cluster["auditentry"]
+    assert isinstance(added, AuditEntry) and added.after is not None
+    row = page.locator("#result_list tr", has=page.locator(f"a[href*='/{added.pk}/change/']"))
+    changes = row.locator("td.field-changes").inner_text()
+    # The changed keys with short values, not 30 fields of JSON.
+    assert changes.startswith("name: ") and re.search(r"and \d+ more$", changes), changes
+    assert "x" * 120 not in changes
+    page.goto(reverse("admin:jobs_auditentry_change", args=[added.pk]))
+    expect(page.locator(".field-after_block")).to_contain_text("x" * 120)
+
+
+def test_the_backfill_page_is_an_admin_form_that_says_how_to_write_the_times(
+    operator: Page, busy_cluster: dict[str, Model]
+) -> None:
+    page = operator
+    page.goto(reverse("admin:jobs_job_backfill", args=[busy_cluster["job"].pk]))
+    shot(page, "backfill")
+    # The admin's aligned form: every label in one column, every field in the next (the dry
+    # run's checkbox, as the admin's, before its label).
+    lefts = page.evaluate(
+        """() => [...document.querySelectorAll("fieldset .form-row:not(.field-dry_run)")]
+            .map(row => [
+                row.querySelector("label").getBoundingClientRect().left,
+                row.querySelector("input").getBoundingClientRect().left,
+                row.querySelector("label").getBoundingClientRect().width,
+            ])"""
+    )
+    assert len(lefts) == 3 and len({left for left, _, _ in lefts}) == 1, lefts
+    assert len({field for _, field, _ in lefts}) == 1, lefts
+    assert all(width >= 150 for _, _, width in lefts), lefts  # the admin's label column
+    for name in ("since", "until"):
+        expect(page.locator(f".field-{name} .help")).to_contain_text("2030-01-01 09:00")
+        expect(page.locator(f".field-{name} .help")).to_contain_text("UTC")
