@@ -11,7 +11,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test chromium rabbitmq-server faketime promtool pgbouncer manage lint format typecheck migrations-check ci lock clean
+# The second environment: Django 6.0 on Python 3.12 (Django 6 needs 3.12 or newer), in its own
+# virtualenv with its own pins (requirements/dev-django6.txt, `make lock-django6`). Python 3.12
+# is pyenv's newest 3.12 when pyenv has one, else `python3.12` on the PATH; another interpreter
+# with e.g. `PYTHON_DJANGO6="PYENV_VERSION=3.13.0 python3.13" VENV_DJANGO6=.venv-py313`.
+PYENV_312 := $(shell pyenv versions --bare 2>/dev/null | grep -E '^3\.12\.[0-9]+$$' | sort -V | tail -1)
+PYTHON_DJANGO6 ?= $(if $(PYENV_312),PYENV_VERSION=$(PYENV_312) )python3.12
+VENV_DJANGO6 ?= .venv-django6
+BIN_DJANGO6 := $(VENV_DJANGO6)/bin
+INSTALLED_DJANGO6 := $(VENV_DJANGO6)/.installed-$(shell cat requirements/dev-django6.txt pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: run test test-django6 chromium rabbitmq-server faketime promtool pgbouncer manage lint format typecheck migrations-check migrations-check-django6 ci lock lock-django6 clean
 
 # Quiet, and on stderr: `make manage ARGS="jobs list --json"` prints only the command's output,
 # even the first time, when it installs.
@@ -23,11 +33,24 @@ $(INSTALLED): requirements/dev.txt pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+$(INSTALLED_DJANGO6): requirements/dev-django6.txt pyproject.toml
+	@echo "installing requirements/dev-django6.txt into $(VENV_DJANGO6)" >&2
+	@test -x $(BIN_DJANGO6)/python || $(PYTHON_DJANGO6) -m venv $(VENV_DJANGO6)
+	@$(BIN_DJANGO6)/python -m pip install --quiet --upgrade pip >&2
+	@$(BIN_DJANGO6)/python -m pip install --quiet -r requirements/dev-django6.txt >&2
+	@rm -f $(VENV_DJANGO6)/.installed-*
+	@touch $@
+
 run: $(INSTALLED)
 	$(BIN)/python -m devtools run
 
 test: $(INSTALLED) chromium rabbitmq-server faketime promtool pgbouncer
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
+
+# The same suite, run the same way (embedded services, side by side), on Django 6.0 and
+# Python 3.12: CI runs `make test-django6 PYTEST_ARGS="tests/unit tests/integration"`.
+test-django6: $(INSTALLED_DJANGO6) chromium rabbitmq-server faketime promtool pgbouncer
+	$(BIN_DJANGO6)/python -m devtools test $(PYTEST_ARGS)
 
 # The browser test drives Debian's Chromium (tests/browser); install it only when it is missing.
 chromium:
@@ -77,9 +100,18 @@ typecheck: $(INSTALLED)
 migrations-check: $(INSTALLED)
 	$(BIN)/python -m devtools manage makemigrations --check --dry-run
 
+# Both Django series must see the same models: no migration one of them would add.
+migrations-check-django6: $(INSTALLED_DJANGO6)
+	$(BIN_DJANGO6)/python -m devtools manage makemigrations --check --dry-run
+
 lock: $(INSTALLED)
 	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra platform -o requirements/base.txt pyproject.toml
 	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra platform --extra dev -o requirements/dev.txt pyproject.toml
+
+# The Django 6 pins, compiled under Python 3.12 like requirements/dev.txt under 3.11, Django
+# held at 6.0 (requirements/django6.in); everything else resolves as in dev.txt where it can.
+lock-django6: $(INSTALLED_DJANGO6)
+	$(BIN_DJANGO6)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra platform --extra dev -c requirements/django6.in -o requirements/dev-django6.txt pyproject.toml
 
 clean:
 	rm -rf .dev .pytest_cache .mypy_cache .ruff_cache

@@ -39,7 +39,22 @@ def parse_holiday_calendar(code: str) -> tuple[str, str | None]:
 
 @lru_cache(maxsize=512)
 def _holidays_of(country: str, subdivision: str | None, year: int) -> dict[date, str]:
-    return dict(holidays.country_holidays(country, subdiv=subdivision, years=year).items())
+    calendar = holidays.country_holidays(country, subdiv=subdivision, years=[])
+    named = holidays.country_holidays(
+        country, subdiv=subdivision, years=year, language=_names_language(calendar)
+    )
+    return dict(named.items())
+
+
+def _names_language(calendar: holidays.HolidayBase) -> str | None:
+    """The language of the holiday names in skip reasons: American English where the library
+    has it (else English, else the calendar's own), whatever the process's locale. Left to the
+    library, the name follows ``LANGUAGE``/``LC_*``/``LANG``, which Python reads differently
+    across versions: 3.11 takes the common ``C.UTF-8`` for ``en_US``, 3.12 for no language."""
+    for language in ("en_US", "en", calendar.default_language):
+        if language in calendar.supported_languages:
+            return language
+    return None
 
 
 def time_zone_of(schedule: Schedule) -> str:

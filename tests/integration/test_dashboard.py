@@ -307,4 +307,6 @@ def test_leases_page_shows_time_left(admin_client: Client) -> None:
     page = admin_client.get(url, {"q": key}).content.decode()
 
     assert key in page
-    assert re.search(r"(59|60)\.\d s", page)
+    # The lease was taken at the test transaction's start, read at the page's statement: on a
+    # loaded machine more than a second may lie between them.
+    assert re.search(r"(5\d|60)\.\d s", page)

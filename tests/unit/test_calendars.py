@@ -54,6 +54,22 @@ def test_public_holidays_of_a_country_and_of_a_region() -> None:
     assert reason(datetime(2026, 12, 25, 4, 0, tzinfo=UTC), "America/Los_Angeles", code="US") == ""
 
 
+@pytest.mark.parametrize("locale", ["de_DE.UTF-8", "C.UTF-8", "fr"])
+def test_holiday_names_are_english_whatever_the_locale(
+    monkeypatch: pytest.MonkeyPatch, locale: str
+) -> None:
+    # Python 3.11 reads C.UTF-8 as en_US, 3.12 as no language: the name is ours to choose.
+    monkeypatch.setenv("LANGUAGE", locale)
+    calendars._holidays_of.cache_clear()
+    try:
+        epiphany = datetime(2026, 1, 6, 9, 0, tzinfo=UTC)
+        assert reason(epiphany, "Europe/Berlin", code="DE-BY") == (
+            "holiday: Epiphany on 2026-01-06 (DE-BY)"
+        )
+    finally:
+        calendars._holidays_of.cache_clear()
+
+
 @pytest.mark.parametrize("code", ["XX", "us", "DE-ZZ", "DE-", "D", "US-CA-SF", "", "ÜS"])
 def test_a_code_that_is_no_holiday_calendar_is_refused(code: str) -> None:
     if code == "":
