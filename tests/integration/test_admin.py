@@ -845,6 +845,10 @@ def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_cli
         "Alerts muted until": "-",
         "Managed by code": str(stored.managed_by_code),
         "Adopted": str(stored.adopted),
+        # What a django-celery-beat row carries (none here: "-").
+        "Headers": "-" if not stored.headers else rows["Headers"],
+        "Expires at": "-" if stored.expires_at is None else rows["Expires at"],
+        "One off": str(stored.one_off),
         "Description": stored.description,
         "Created at": timestamps.display(stored.created_at),
         "Updated at": timestamps.display(stored.updated_at),
