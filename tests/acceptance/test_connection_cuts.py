@@ -136,8 +136,12 @@ def test_a_beat_whose_insert_reply_is_cut_publishes_the_slot_at_once(
     publishes that run (jobs.beat.uncertain_slots), instead of leaving it to maintenance's
     re-publish, JOBS_REPUBLISH_AFTER (here 120 s) later."""
     log = tmp_path / "executions.log"
-    job = _job(cluster, "every-2s", log, Every(2), start_deadline=300)
     cluster.start_worker("node-a", concurrency=2)
+    # Ready before the first slots: two slots handed to two pool processes at once would run
+    # concurrently, and the overlap policy would (rightly) skip one. The job is made then, so
+    # no slot passes before a beat runs (it would be recorded missed).
+    wait_for(lambda: " ready." in cluster.log_of("node-a"), 60, "the worker ready")
+    job = _job(cluster, "every-2s", log, Every(2), start_deadline=300)
     cluster.start_beat(
         "beat-a", env={"DATABASE_URL": _through(cutter), "JOBS_REPUBLISH_AFTER": "120"}
     )
