@@ -410,7 +410,7 @@ class BeatConfiguration:
         if self.entries is None or time.monotonic() < self._next_check:
             return
         self._next_check = time.monotonic() + RECHECK_SECONDS
-        latest = CeleryConfiguration.objects.order_by("-applied_at", "-id").first()
+        latest = _latest()
         if latest is None or latest.fingerprint == self.fingerprint:
             return
         if live_beats_holding(latest.fingerprint, excluding=self.recorder.name):
@@ -419,7 +419,7 @@ class BeatConfiguration:
 
 
 def _why_not_apply(mine: str, beat: str) -> str:
-    latest = CeleryConfiguration.objects.order_by("-applied_at", "-id").first()
+    latest = _latest()
     if latest is None or latest.fingerprint == mine:
         return ""
     if not CeleryConfiguration.objects.filter(fingerprint=mine).exists():
@@ -432,6 +432,11 @@ def _why_not_apply(mine: str, beat: str) -> str:
         f"(applied {latest.applied_at:%Y-%m-%d %H:%M:%S} UTC), which live beat(s) "
         f"{', '.join(sorted(holders)[:3])} hold: the jobs follow the newer one"
     )
+
+
+def _latest() -> CeleryConfiguration | None:
+    """The configuration applied last (by the database clock)."""
+    return CeleryConfiguration.objects.order_by("-applied_at", "-id").first()
 
 
 def live_beats_holding(configuration: str, *, excluding: str = "") -> list[str]:
@@ -455,14 +460,19 @@ def _apply(entries: list[Declared], mine: str) -> Outcome:
 
     outcome = Outcome(True, mine)
     keys = {entry.job_name for entry in entries}
-    jobs = {job.name: job for job in Job.objects.exclude(configured=Configured.NO)}
+    names = [entry.job_name for entry in entries if entry.carried]
+    jobs = {
+        job.name: job
+        for job in Job.objects.exclude(configured=Configured.NO)
+        | Job.objects.filter(name__in=names, adopted=True)
+    }
     adopt_ids: list[int] = []
     sync_ids: list[int] = []
     for entry in entries:
         if not entry.carried:
             continue
         name = entry.job_name
-        job = jobs.get(name) or Job.objects.filter(name=name, adopted=True).first()
+        job = jobs.get(name)
         if job is not None and job.configured != Configured.NO and not job.managed_by_code:
             continue  # an operator's now
         row = _write_row(entry)
@@ -515,11 +525,7 @@ def _same(current: Any, wanted: Any) -> bool:
 
 def _saved_schedule(model: Any) -> Any:
     """The stored schedule row equal to ``model`` (unsaved), created if missing."""
-    fields = {
-        f.name: getattr(model, f.name)
-        for f in model._meta.concrete_fields
-        if not f.primary_key and f.name != "id"
-    }
+    fields = _own_fields(model)
     found = type(model).objects.filter(**fields).first()
     return found if found is not None else type(model).objects.create(**fields)
 
@@ -575,15 +581,18 @@ def _switch(job: Job, configured: Configured, *, enabled: bool) -> None:
 # --- helpers ----------------------------------------------------------------------------------
 
 
+def _own_fields(model: Any) -> dict[str, Any]:
+    """A schedule row's values, without its primary key."""
+    return {
+        f.name: getattr(model, f.name) for f in model._meta.concrete_fields if not f.primary_key
+    }
+
+
 def _jsonable(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in values.items():
         if hasattr(value, "_meta"):
-            value = {
-                f.name: str(getattr(value, f.name))
-                for f in value._meta.concrete_fields
-                if not f.primary_key
-            }
+            value = {name: str(field) for name, field in _own_fields(value).items()}
         out[name] = value
     return out
 
