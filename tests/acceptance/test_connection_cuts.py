@@ -138,13 +138,17 @@ def test_a_beat_whose_insert_reply_is_cut_publishes_the_slot_at_once(
     log = tmp_path / "executions.log"
     cluster.start_worker("node-a", concurrency=2)
     # Ready before the first slots: two slots handed to two pool processes at once would run
-    # concurrently, and the overlap policy would (rightly) skip one. The job is made then, so
-    # no slot passes before a beat runs (it would be recorded missed).
-    wait_for(lambda: " ready." in cluster.log_of("node-a"), 60, "the worker ready")
-    job = _job(cluster, "every-2s", log, Every(2), start_deadline=300)
+    # concurrently, and the overlap policy would (rightly) skip one. The job is made once the
+    # beat has loaded: slots that pass before any beat runs are (rightly) recorded missed.
     cluster.start_beat(
         "beat-a", env={"DATABASE_URL": _through(cutter), "JOBS_REPUBLISH_AFTER": "120"}
     )
+    wait_for(
+        lambda: " ready." in cluster.log_of("node-a") and "beat loaded" in cluster.log_of("beat-a"),
+        60,
+        "the worker ready and the beat loaded",
+    )
+    job = _job(cluster, "every-2s", log, Every(2), start_deadline=300)
     runs = JobRun.objects.filter(job=job).order_by("scheduled_for")
     wait_for(lambda: runs.filter(status=RunStatus.SUCCEEDED).exists(), 60, "a first run")
     cutter.cut("INSERT INTO jobs_jobrun (job_id, scheduled_for", after_commit=True)
