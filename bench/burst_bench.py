@@ -131,14 +131,17 @@ def _due_at(anchor: datetime) -> None:
         cursor.execute("UPDATE django_celery_beat_periodictask SET start_time = %s", [anchor])
 
 
-def one_tick(count: int, queue: _Queue, bulk: bool) -> float:
-    """One in-process beat: its tick at the slot, until every message is in the broker."""
+def one_tick(count: int, queue: _Queue, bulk: bool, frames: bool = True) -> float:
+    """One in-process beat: its tick at the slot, until every message is in the broker
+    (``frames``: RabbitMQ's chunks framed by jobs.amqp_frames, else kombu's publish)."""
     from django.utils import timezone
 
+    from jobs import bulk_publish
     from jobs.models import JobRun
 
     _set_bulk(bulk)
-    anchor = timezone.now().replace(microsecond=0) + timedelta(seconds=3 + count // 10_000)
+    bulk_publish.AMQP_FRAMES = frames
+    anchor = timezone.now().replace(microsecond=0) + timedelta(seconds=8 + count // 10_000)
     _due_at(anchor)
     scheduler = _ours()
     assert timezone.now() < anchor, "the scheduler started after the slot: raise the margin"
@@ -233,7 +236,7 @@ def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dic
     print(f"  {count} jobs created in {time.perf_counter() - began:.1f} s", flush=True)
     result: dict[str, Any] = {"slots": count}
     try:
-        per_run, bulk, floors = [], [], []
+        per_run, bulk, floors, kombu = [], [], [], []
         for n in range(max(rounds, per_run_rounds)):
             if n < per_run_rounds:
                 per_run.append(one_tick(count, queue, bulk=False))
@@ -245,9 +248,21 @@ def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dic
                 print(f"  bulk:    {bulk[-1]:.2f} s", flush=True)
                 floors.append(floor(messages, queue))
                 print(f"  floor:   {floors[-1]:.2f} s", flush=True)
-        result.update(per_run=_summary(per_run), bulk=_summary(bulk), floor=_summary(floors))
+                if not queue.redis:  # the same bulk tick without jobs.amqp_frames
+                    kombu.append(one_tick(count, queue, bulk=True, frames=False))
+                    queue.empty()
+                    print(f"  bulk, kombu's publish: {kombu[-1]:.2f} s", flush=True)
+        result.update(
+            per_run=_summary(per_run),
+            bulk=_summary(bulk),
+            floor=_summary(floors),
+            kombu=_summary(kombu),
+        )
     finally:
         _set_bulk(True)
+        from jobs import bulk_publish
+
+        bulk_publish.AMQP_FRAMES = True
         queue.remove()
     return result
 
@@ -316,6 +331,18 @@ def report(results: dict[str, Any]) -> str:
             f"| {row['slots']:,} | {_cell(per_run)} | {_cell(bulk)} | {_cell(bare)} "
             f"| {bulk['median'] / bare['median']:.1f}x | {speedup} | {beats_cell} |"
         )
+    framed = [row for row in results["in_process"] if row.get("kombu")]
+    if framed:
+        lines += [
+            "",
+            "| slots due at once | bulk, jobs.amqp_frames | bulk, kombu's publish | gain |",
+            "| --- | --- | --- | --- |",
+        ]
+        for row in framed:
+            gain = row["kombu"]["median"] / row["bulk"]["median"]
+            lines.append(
+                f"| {row['slots']:,} | {_cell(row['bulk'])} | {_cell(row['kombu'])} | {gain:.2f}x |"
+            )
     return "\n".join(lines)
 
 

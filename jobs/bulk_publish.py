@@ -52,6 +52,10 @@ _SHAPE_FIELDS = ("queue", "priority", "exchange", "routing_key", "time_limit", "
 # How long RabbitMQ may take to confirm a chunk before its delivery counts as uncertain.
 CONFIRM_TIMEOUT = 30.0
 
+# RabbitMQ chunks framed by jobs.amqp_frames; off, kombu's own publish on the same confirm
+# channel and chunking (bench/burst_bench.py measures one against the other).
+AMQP_FRAMES = True
+
 
 @dataclass(frozen=True)
 class Publication:
@@ -238,8 +242,12 @@ class _Confirms:
     def __init__(self, connection: Any) -> None:
         self.channel = connection.channel()
         self.channel.confirm_select()
-        # A chunk's messages framed into one write (jobs.amqp_frames).
-        self.publishing = BufferedPublishing(self.channel)
+        # A chunk's messages framed into one write (jobs.amqp_frames), or written one by one by
+        # py-amqp as kombu publishes them.
+        self.frames = AMQP_FRAMES
+        self.publishing: BufferedPublishing | _Unbuffered = (
+            BufferedPublishing(self.channel) if self.frames else _Unbuffered()
+        )
         self.published = 0
         self.outstanding: set[int] = set()
         self.nacked: set[int] = set()
@@ -264,6 +272,9 @@ class _Confirms:
         kwargs: dict[str, Any], job: str,
     ) -> None:  # fmt: skip
         """Buffer one run's message, until ``publishing.flush``."""
+        if not self.frames:
+            template.publish(self.producer, task_id, kwargs, job)
+            return
         if shape in self._compiled:
             compiled = self._compiled[shape]
         else:
@@ -334,6 +345,13 @@ class _Confirms:
             self.channel.close()
         except Exception:  # a broken connection: nothing left to close
             log.debug("closing the confirm channel failed", exc_info=True)
+
+
+class _Unbuffered:
+    """``BufferedPublishing``'s place when jobs.amqp_frames is off: each publish was written."""
+
+    def flush(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
