@@ -245,9 +245,7 @@ class _Confirms:
         # A chunk's messages framed into one write (jobs.amqp_frames), or written one by one by
         # py-amqp as kombu publishes them.
         self.frames = AMQP_FRAMES
-        self.publishing: BufferedPublishing | _Unbuffered = (
-            BufferedPublishing(self.channel) if self.frames else _Unbuffered()
-        )
+        self.publishing = BufferedPublishing(self.channel) if self.frames else None
         self.published = 0
         self.outstanding: set[int] = set()
         self.nacked: set[int] = set()
@@ -271,8 +269,8 @@ class _Confirms:
         self, shape: tuple[Any, ...], template: _Template, task_id: str,
         kwargs: dict[str, Any], job: str,
     ) -> None:  # fmt: skip
-        """Buffer one run's message, until ``publishing.flush``."""
-        if not self.frames:
+        """Buffer one run's message, until ``flush``."""
+        if self.publishing is None:
             template.publish(self.producer, task_id, kwargs, job)
             return
         if shape in self._compiled:
@@ -284,6 +282,11 @@ class _Confirms:
             return
         body = template.body_bytes(kwargs, compiled.encoding)
         self.publishing.add(compiled.frames(body, template.open_values(task_id, kwargs, job)))
+
+    def flush(self) -> None:
+        """Write the buffered messages (kombu's publish wrote each one already)."""
+        if self.publishing is not None:
+            self.publishing.flush()
         self.published += 1
         self.outstanding.add(self.published)
 
@@ -293,6 +296,7 @@ class _Confirms:
         """The frames of ``template``'s messages, compiled from the message kombu makes for
         this run; None when kombu's message is not the template's with the run's values in
         the open fields and its body (a body serialized otherwise, compression...)."""
+        assert self.publishing is not None  # send compiles only with jobs.amqp_frames on
         plain = Producer(self.channel, auto_declare=False)
         message, arguments = self.publishing.capture(
             lambda: template.publish(plain, task_id, kwargs, job)
@@ -345,13 +349,6 @@ class _Confirms:
             self.channel.close()
         except Exception:  # a broken connection: nothing left to close
             log.debug("closing the confirm channel failed", exc_info=True)
-
-
-class _Unbuffered:
-    """``BufferedPublishing``'s place when jobs.amqp_frames is off: each publish was written."""
-
-    def flush(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -419,7 +416,7 @@ class Burst:
             self._confirms = _Confirms(self.producer.connection)
         first = self._confirms.published + 1
         self._publish_each(self._confirms.send, runs, shapes)
-        self._confirms.publishing.flush()
+        self._confirms.flush()
         if self._confirms.published >= first:
             self._unconfirmed = _Unconfirmed(
                 first, self._confirms.published, [run.run_id for run in runs]
