@@ -244,8 +244,7 @@ class _Confirms:
         self.channel.confirm_select()
         # A chunk's messages framed into one write (jobs.amqp_frames), or written one by one by
         # py-amqp as kombu publishes them.
-        self.frames = AMQP_FRAMES
-        self.publishing = BufferedPublishing(self.channel) if self.frames else None
+        self.publishing = BufferedPublishing(self.channel) if AMQP_FRAMES else None
         self.published = 0
         self.outstanding: set[int] = set()
         self.nacked: set[int] = set()
@@ -282,13 +281,13 @@ class _Confirms:
             return
         body = template.body_bytes(kwargs, compiled.encoding)
         self.publishing.add(compiled.frames(body, template.open_values(task_id, kwargs, job)))
+        self.published += 1
+        self.outstanding.add(self.published)
 
     def flush(self) -> None:
         """Write the buffered messages (kombu's publish wrote each one already)."""
         if self.publishing is not None:
             self.publishing.flush()
-        self.published += 1
-        self.outstanding.add(self.published)
 
     def _compile(
         self, template: _Template, task_id: str, kwargs: dict[str, Any], job: str
