@@ -22,15 +22,15 @@ from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
 from jobs.web import tokens
 from tests.acceptance.conftest import Cluster, wait_for
-from tests.acceptance.test_beats_cluster import (
+from tests.support.slot_history import (
     BEAT_ENV,
-    _assert_each_slot_once,
-    _executions,
-    _jobs,
-    _second,
-    _wait_settled,
-    _wait_started,
-    _wait_until,
+    assert_each_slot_once,
+    count_executions,
+    next_second,
+    record_jobs,
+    wait_settled,
+    wait_started,
+    wait_until,
 )
 
 pytestmark = pytest.mark.acceptance
@@ -83,14 +83,14 @@ def test_corrupted_rows_leave_every_beat_up_and_every_other_job_on_time(
     cluster.start_worker("worker")
     for beat in BEATS:
         cluster.start_beat(beat, env=BEAT_ENV)
-    _wait_started(cluster, BEATS, ["worker"])
-    steady = _jobs(cluster, log, [(f"steady-1-{n}", 1) for n in range(3)], overlap="allow")
-    [victim, odd_kwargs] = _jobs(cluster, log, [("victim-1-0", 1), ("odd-1-0", 1)])
+    wait_started(cluster, BEATS, ["worker"])
+    steady = record_jobs(cluster, log, [(f"steady-1-{n}", 1) for n in range(3)], overlap="allow")
+    [victim, odd_kwargs] = record_jobs(cluster, log, [("victim-1-0", 1), ("odd-1-0", 1)])
     interval_id = victim.periodic_task.interval_id  # type: ignore[union-attr]
     secret = tokens.create("acceptance", actor=Actor.code("tests"))[1]
     bearer = {"authorization": f"Bearer {secret}"}
-    start = _second(timezone.now()) + timedelta(seconds=2)
-    _wait_until(start + timedelta(seconds=2))
+    start = next_second(timezone.now()) + timedelta(seconds=2)
+    wait_until(start + timedelta(seconds=2))
 
     # 1. A cron that can never fire (31 February).
     broken_at = timezone.now()
@@ -102,7 +102,7 @@ def test_corrupted_rows_leave_every_beat_up_and_every_other_job_on_time(
     assert health["jobs"][0]["job"] == victim.name and "never fires" in health["jobs"][0]["error"]
 
     # 2. Then a time zone no library knows, on the same row.
-    _wait_until(broken_at + timedelta(seconds=3))
+    wait_until(broken_at + timedelta(seconds=3))
     _sql("UPDATE django_celery_beat_crontabschedule SET timezone = 'Nowhere/Zone' WHERE id = %s",
          crontab_id)  # fmt: skip
     wait_for(lambda: _error_seen(victim, "Nowhere/Zone"), timeout=5, what="the new error")
@@ -128,7 +128,7 @@ def test_corrupted_rows_leave_every_beat_up_and_every_other_job_on_time(
     )
 
     # 5. Fixed: back to every second. It runs again within a second.
-    _wait_until(broken_at + timedelta(seconds=6))
+    wait_until(broken_at + timedelta(seconds=6))
     _sql(
         "UPDATE django_celery_beat_periodictask SET crontab_id = NULL, interval_id = %s"
         " WHERE id = %s",
@@ -148,13 +148,13 @@ def test_corrupted_rows_leave_every_beat_up_and_every_other_job_on_time(
     assert first_again - fixed_at <= timedelta(seconds=1.5)
     assert not ScheduleError.objects.filter(job=victim).exists()
 
-    _wait_until(fixed_at + timedelta(seconds=4))
+    wait_until(fixed_at + timedelta(seconds=4))
     end = fixed_at + timedelta(seconds=3)
     _alive(cluster, [*BEATS, "worker"])
-    _wait_settled([*steady, odd_kwargs], start, end, seconds=60)
-    executions = _executions(log)
+    wait_settled([*steady, odd_kwargs], start, end, seconds=60)
+    executions = count_executions(log)
     for job in [*steady, odd_kwargs]:
-        runs = _assert_each_slot_once(job, start, end, executions, 1)
+        runs = assert_each_slot_once(job, start, end, executions, 1)
         assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
     # While broken, the victim had no slot; the one the fix brought ran.
     assert not [

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections import Counter
-from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -26,110 +24,25 @@ from django.utils import timezone
 
 from devtools.pgbouncer import Pooler
 from devtools.services import free_port, start_redis
-from jobs.audit import Actor
 from jobs.dispatch import publish
 from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus
-from jobs.schedule.kinds import Every
-from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Broker, Cluster, PrivatePostgres, wait_for
+from tests.support.slot_history import (
+    BEAT_ENV,
+    START_TIMEOUT,
+    assert_each_slot_once,
+    count_executions,
+    grid,
+    next_second,
+    record_jobs,
+    runs_in,
+    wait_settled,
+    wait_started,
+    wait_until,
+)
 
 pytestmark = pytest.mark.acceptance
-
-# Maintenance often, so a lost message is re-published within seconds.
-BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
-START_TIMEOUT = 90  # five Python processes starting at once on a small machine
-
-
-def _jobs(
-    cluster: Cluster, log: Path, specs: Iterable[tuple[str, int]], **policies: object
-) -> list[Job]:
-    return [
-        create_job(
-            JobDefinition(
-                name=name,
-                task="tests.record",
-                schedule=Every(seconds),
-                kwargs={"log": str(log)},
-                policies={"queue": cluster.queue, **policies},
-            ),
-            actor=Actor.code("tests"),
-        )
-        for name, seconds in specs
-    ]
-
-
-def _wait_started(cluster: Cluster, beats: Iterable[str], workers: Iterable[str]) -> None:
-    def started() -> bool:
-        return all("beat loaded" in cluster.log_of(name) for name in beats) and all(
-            " ready." in cluster.log_of(name) for name in workers
-        )
-
-    wait_for(started, timeout=START_TIMEOUT, what="beats loaded and workers ready", poll=0.5)
-
-
-def _wait_until(moment: datetime) -> None:
-    wait_for(lambda: timezone.now() >= moment, timeout=120, what=f"{moment.isoformat()}")
-
-
-def _second(moment: datetime) -> datetime:
-    return moment.replace(microsecond=0) + timedelta(seconds=1)
-
-
-def _grid(seconds: int, start: datetime, end: datetime) -> list[datetime]:
-    """The slots of ``Every(seconds)`` in ``[start, end]``."""
-    step = timedelta(seconds=seconds)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    first = epoch + -((epoch - start) // step) * step
-    return [first + step * i for i in range(int((end - first) / step) + 1)]
-
-
-def _executions(log: Path) -> Counter[int]:
-    if not log.exists():
-        return Counter()
-    return Counter(int(line.split()[0]) for line in log.read_text().splitlines() if line)
-
-
-def _runs_in(job: Job, start: datetime, end: datetime) -> list[JobRun]:
-    return list(
-        JobRun.objects.filter(job=job, scheduled_for__gte=start, scheduled_for__lte=end).order_by(
-            "scheduled_for"
-        )
-    )
-
-
-def _wait_settled(jobs: Iterable[Job], start: datetime, end: datetime, seconds: int) -> None:
-    """Until every slot of the window has a record and none is still scheduled or running."""
-    jobs = list(jobs)
-
-    def settled() -> bool:
-        for job in jobs:
-            runs = _runs_in(job, start, end)
-            if len(runs) < len(_grid(_interval(job), start, end)):
-                return False
-            if any(run.status in (RunStatus.SCHEDULED, RunStatus.RUNNING) for run in runs):
-                return False
-        return True
-
-    wait_for(settled, timeout=seconds, what="every slot of the window recorded and finished")
-
-
-def _interval(job: Job) -> int:
-    """Jobs here are named ``<what>-<interval seconds>-<n>``."""
-    return int(job.name.split("-")[1])
-
-
-def _assert_each_slot_once(
-    job: Job, start: datetime, end: datetime, executions: Counter[int], seconds: int
-) -> list[JobRun]:
-    runs = _runs_in(job, start, end)
-    assert [run.scheduled_for for run in runs] == _grid(seconds, start, end), (
-        f"{job.name}: not exactly one record per slot"
-    )
-    for run in runs:
-        expected = 1 if run.status == RunStatus.SUCCEEDED else 0
-        assert executions[run.pk] == expected, f"{job.name} run {run.pk} ({run.status})"
-    return runs
 
 
 def test_three_beats_fire_each_slot_once_through_kills_and_skewed_clocks(
@@ -159,25 +72,25 @@ def _three_beats_with_kills(cluster: Cluster, tmp_path: Path) -> None:
     cluster.start_beat("beat-exact", env=BEAT_ENV)
     cluster.start_beat("beat-ahead", env={**BEAT_ENV, "JOBS_BEAT_TEST_CLOCK_OFFSET": "2.5"})
     cluster.start_beat("beat-behind", env={**BEAT_ENV, "JOBS_BEAT_TEST_CLOCK_OFFSET": "-2.5"})
-    _wait_started(cluster, ["beat-exact", "beat-ahead", "beat-behind"], ["worker-a", "worker-b"])
+    wait_started(cluster, ["beat-exact", "beat-ahead", "beat-behind"], ["worker-a", "worker-b"])
     # Added while the beats run: each picks them up from the change log within a tick.
     specs = [(f"tick-1-{n}", 1) for n in range(10)] + [(f"tick-2-{n}", 2) for n in range(10)]
     # Overlap allow: on a busy machine two runs of one job may meet on the two workers, and
     # overlap skip would then rightly record one `skipped`; this test is about the beats.
-    jobs = _jobs(cluster, log, specs, overlap="allow")
-    start = _second(timezone.now()) + timedelta(seconds=2)
+    jobs = record_jobs(cluster, log, specs, overlap="allow")
+    start = next_second(timezone.now()) + timedelta(seconds=2)
 
-    _wait_until(start + timedelta(seconds=12))
+    wait_until(start + timedelta(seconds=12))
     cluster.kill("beat-exact")
     cluster.kill("beat-ahead")
-    _wait_until(start + timedelta(seconds=30))
+    wait_until(start + timedelta(seconds=30))
     end = start + timedelta(seconds=26)  # the surviving beat fires 2.5 s after each slot
-    _wait_settled(jobs, start, end, seconds=60)
+    wait_settled(jobs, start, end, seconds=60)
 
-    executions = _executions(log)
+    executions = count_executions(log)
     assert max(executions.values()) == 1, "a run executed twice"
     for job, (_, seconds) in zip(jobs, specs, strict=True):
-        runs = _assert_each_slot_once(job, start, end, executions, seconds)
+        runs = assert_each_slot_once(job, start, end, executions, seconds)
         assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
     # Every beat took part: the skewed ones fired slots too, before two of them were killed.
     for beat in ("beat-exact", "beat-ahead", "beat-behind"):
@@ -195,31 +108,31 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
     # One process: the backlog after the stop runs one at a time, so overlap never skips.
     worker = cluster.start_worker("worker", concurrency=1)
     cluster.start_beat("beat", env=BEAT_ENV)
-    _wait_started(cluster, ["beat"], ["worker"])
-    steady = _jobs(cluster, log, [(f"steady-1-{n}", 1) for n in range(3)], start_deadline=60)
-    [late] = _jobs(cluster, log, [("late-2-0", 2)], start_deadline=3)
-    start = _second(timezone.now()) + timedelta(seconds=2)
+    wait_started(cluster, ["beat"], ["worker"])
+    steady = record_jobs(cluster, log, [(f"steady-1-{n}", 1) for n in range(3)], start_deadline=60)
+    [late] = record_jobs(cluster, log, [("late-2-0", 2)], start_deadline=3)
+    start = next_second(timezone.now()) + timedelta(seconds=2)
 
-    _wait_until(start + timedelta(seconds=4))
+    wait_until(start + timedelta(seconds=4))
     stopped_at = timezone.now()
     worker.send_signal(signal.SIGSTOP)  # the worker's main process: it stops taking messages
     try:
-        _wait_until(stopped_at + timedelta(seconds=3))
+        wait_until(stopped_at + timedelta(seconds=3))
         lost = broker.lose_contents(cluster.queue)
         assert lost > 0, f"the {broker.kind} broker had nothing to lose"
-        _wait_until(stopped_at + timedelta(seconds=7))
+        wait_until(stopped_at + timedelta(seconds=7))
     finally:
         worker.send_signal(signal.SIGCONT)
     resumed_at = timezone.now()
-    _wait_until(start + timedelta(seconds=20))
+    wait_until(start + timedelta(seconds=20))
     end = start + timedelta(seconds=18)
-    _wait_settled([*steady, late], start, end, seconds=60)
+    wait_settled([*steady, late], start, end, seconds=60)
 
-    executions = _executions(log)
+    executions = count_executions(log)
     for job in steady:  # messages lost in the flush/purge were re-published: every slot ran, once
-        runs = _assert_each_slot_once(job, start, end, executions, 1)
+        runs = assert_each_slot_once(job, start, end, executions, 1)
         assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
-    runs = _assert_each_slot_once(late, start, end, executions, 2)
+    runs = assert_each_slot_once(late, start, end, executions, 2)
     missed = [run for run in runs if run.status == RunStatus.MISSED]
     assert missed, "no slot of the blocked worker's job was recorded missed"
     for run in missed:  # around the stop only (the backlog after it may delay a few more)
@@ -232,8 +145,8 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
             assert run.lag is not None and run.lag <= 3.0 + 0.5, run
 
     # The same run's message, published 5 times: one execution, four recorded duplicates.
-    [dup] = _jobs(cluster, log, [("dup-3600-0", 3600)])
-    [created] = run_records.insert_scheduled([(dup.pk, _second(timezone.now()))])
+    [dup] = record_jobs(cluster, log, [("dup-3600-0", 3600)])
+    [created] = run_records.insert_scheduled([(dup.pk, next_second(timezone.now()))])
     with broker.producer() as producer:
         for _ in range(5):
             publish(dup, created.run_id, created.scheduled_for, producer=producer)
@@ -243,7 +156,7 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
         return recorded.status == RunStatus.SUCCEEDED and recorded.duplicate_deliveries == 4
 
     wait_for(four_duplicates, timeout=60, what="one execution and 4 duplicate deliveries")
-    assert _executions(log)[created.run_id] == 1
+    assert count_executions(log)[created.run_id] == 1
 
 
 def test_after_every_beat_was_down_the_catch_up_policy_applies(
@@ -256,10 +169,10 @@ def test_after_every_beat_was_down_the_catch_up_policy_applies(
     cluster.start_worker("worker", concurrency=1)
     cluster.start_beat("beat-1", env=BEAT_ENV)
     cluster.start_beat("beat-2", env=BEAT_ENV)
-    _wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
-    latest_job, none_job = _jobs(cluster, log, [("latest-2-0", 2)], catch_up="latest") + _jobs(
-        cluster, log, [("none-2-0", 2)], catch_up="none"
-    )
+    wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
+    latest_job, none_job = record_jobs(
+        cluster, log, [("latest-2-0", 2)], catch_up="latest"
+    ) + record_jobs(cluster, log, [("none-2-0", 2)], catch_up="none")
     both = (latest_job, none_job)
 
     def succeeded_after(moment: datetime, count: int) -> bool:
@@ -278,7 +191,7 @@ def test_after_every_beat_was_down_the_catch_up_policy_applies(
         cluster.processes[beat].wait(timeout=30)
     stopped_at = timezone.now()
     last = {job.name: _newest_slot(job) for job in both}
-    _wait_until(stopped_at + timedelta(seconds=10))  # the outage: 5 intervals
+    wait_until(stopped_at + timedelta(seconds=10))  # the outage: 5 intervals
     restarted_at = timezone.now()
     cluster.start_beat("beat-1-again", env=BEAT_ENV)
     cluster.start_beat("beat-2-again", env=BEAT_ENV)
@@ -289,12 +202,12 @@ def test_after_every_beat_was_down_the_catch_up_policy_applies(
         .values_list("scheduled_for", flat=True)[0]
         for job in both
     )
-    _wait_settled(both, min(last.values()), end, seconds=60)
+    wait_settled(both, min(last.values()), end, seconds=60)
 
-    executions = _executions(log)
+    executions = count_executions(log)
     for job, grace in ((latest_job, 2), (none_job, 1)):
         after_last = last[job.name] + timedelta(seconds=2)
-        runs = _assert_each_slot_once(job, after_last, end, executions, 2)
+        runs = assert_each_slot_once(job, after_last, end, executions, 2)
         missed = [run for run in runs if run.status == RunStatus.MISSED]
         # The missed ones are the oldest slots of the outage, contiguous, each saying why.
         assert runs[: len(missed)] == missed, job.name
@@ -309,7 +222,7 @@ def test_after_every_beat_was_down_the_catch_up_policy_applies(
         assert len(outage) >= 4, job.name
         assert all(run.status == RunStatus.MISSED for run in outage), job.name
     # latest: the slot right after the missed ones is the newest missed slot, run late.
-    runs = _runs_in(latest_job, last[latest_job.name] + timedelta(seconds=2), end)
+    runs = runs_in(latest_job, last[latest_job.name] + timedelta(seconds=2), end)
     newest = next(run for run in runs if run.status == RunStatus.SUCCEEDED)
     assert newest.scheduled_for > restarted_at - timedelta(seconds=2)
 
@@ -337,15 +250,15 @@ def test_a_redis_restart_loses_no_slot_and_doubles_none(cluster: Cluster, tmp_pa
         cluster.start_worker("worker", concurrency=1)
         for name in ("beat-1", "beat-2"):
             cluster.start_beat(name, env=BEAT_ENV)
-        _wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
-        jobs = _jobs(cluster, log, [(f"tick-1-{n}", 1) for n in range(2)], start_deadline=120)
-        start = _second(timezone.now()) + timedelta(seconds=2)
+        wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
+        jobs = record_jobs(cluster, log, [(f"tick-1-{n}", 1) for n in range(2)], start_deadline=120)
+        start = next_second(timezone.now()) + timedelta(seconds=2)
 
-        _wait_until(start + timedelta(seconds=4))
+        wait_until(start + timedelta(seconds=4))
         redis.kill()
         redis.wait()
         down_at = timezone.now()
-        _wait_until(down_at + timedelta(seconds=6))
+        wait_until(down_at + timedelta(seconds=6))
         while_down = JobRun.objects.filter(
             job__in=jobs, scheduled_for__gt=down_at + timedelta(seconds=1)
         )
@@ -353,12 +266,12 @@ def test_a_redis_restart_loses_no_slot_and_doubles_none(cluster: Cluster, tmp_pa
         redis = start_redis(folder, port)
         back_at = timezone.now()
         end = back_at + timedelta(seconds=6)
-        _wait_until(end + timedelta(seconds=1))
-        _wait_settled(jobs, start, end, seconds=90)
+        wait_until(end + timedelta(seconds=1))
+        wait_settled(jobs, start, end, seconds=90)
 
-        executions = _executions(log)
+        executions = count_executions(log)
         for job in jobs:
-            runs = _assert_each_slot_once(job, start, end, executions, 1)
+            runs = assert_each_slot_once(job, start, end, executions, 1)
             assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
             # The slots of the outage ran because maintenance published them again.
             republished = [
@@ -395,23 +308,23 @@ def test_a_database_restart_loses_no_slot_and_doubles_none(
         assert added.returncode == 0, added.stderr
     worker = cluster.start_worker("worker", concurrency=1)  # the backlog runs one at a time
     beats = [cluster.start_beat(name, env=BEAT_ENV) for name in ("beat-1", "beat-2")]
-    _wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
-    start = _second(timezone.now()) + timedelta(seconds=2)
+    wait_started(cluster, ["beat-1", "beat-2"], ["worker"])
+    start = next_second(timezone.now()) + timedelta(seconds=2)
 
     # Stopped half-way between two slots, when no claim is in flight: a claim the stop cuts
     # may have committed with its reply lost, and that run is then recorded lost once its
     # lease lapses (a worker failure's record, not this test's subject; seen with the suite
     # side by side, where a slot's claim can come late enough to meet a whole-second stop).
-    _wait_until(start + timedelta(seconds=4.5))
+    wait_until(start + timedelta(seconds=4.5))
     private_postgres.stop()
-    _wait_until(timezone.now() + timedelta(seconds=6))
+    wait_until(timezone.now() + timedelta(seconds=6))
     private_postgres.start()
     end = timezone.now() + timedelta(seconds=6)
-    _wait_until(end + timedelta(seconds=1))
+    wait_until(end + timedelta(seconds=1))
 
     def settled() -> bool:
         rows = _private_runs(url, start, end)
-        return len(rows) == 2 * len(_grid(1, start, end)) and all(
+        return len(rows) == 2 * len(grid(1, start, end)) and all(
             status in ("succeeded", "skipped", "missed") for *_, status, _token in rows
         )
 
@@ -419,10 +332,10 @@ def test_a_database_restart_loses_no_slot_and_doubles_none(
     assert [p.poll() for p in (*beats, worker)] == [None, None, None], "a process died"
 
     rows = _private_runs(url, start, end)
-    executions = _executions(log)
+    executions = count_executions(log)
     for name in names:
         mine = [row for row in rows if row[0] == name]
-        assert [row[1] for row in mine] == _grid(1, start, end), f"{name}: one record per slot"
+        assert [row[1] for row in mine] == grid(1, start, end), f"{name}: one record per slot"
         assert {row[3] for row in mine} == {"succeeded"}, name
         assert all(executions[row[2]] == 1 for row in mine), f"{name}: a run executed twice"
         # In the order the runs were claimed: two beats publish their own inserts, so the

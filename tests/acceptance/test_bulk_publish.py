@@ -39,8 +39,8 @@ from tests.acceptance.conftest import (
     flower_json,
     wait_for,
 )
-from tests.acceptance.test_beats_cluster import BEAT_ENV, _executions
 from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks published here)
+from tests.support.slot_history import BEAT_ENV, count_executions
 
 pytestmark = pytest.mark.acceptance
 
@@ -228,7 +228,7 @@ def _assert_each_ran_once(jobs: list[Job], log: Path) -> list[JobRun]:
     runs = list(JobRun.objects.filter(job__in=jobs))
     assert len(runs) == len(jobs), "one run per job's slot"
     assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
-    executions = _executions(log)
+    executions = count_executions(log)
     assert set(executions) == {run.pk for run in runs}
     assert set(executions.values()) == {1}, "a run executed twice"
     return runs

@@ -23,25 +23,25 @@ from django.utils import timezone
 
 from jobs.models import JobRun, RunStatus
 from tests.acceptance.conftest import ROOT, Cluster, wait_for
-from tests.acceptance.test_beats_cluster import (
-    BEAT_ENV,
-    _assert_each_slot_once,
-    _executions,
-    _jobs,
-    _second,
-    _wait_settled,
-    _wait_started,
-    _wait_until,
-)
-from tests.acceptance.test_continuous import (
+from tests.support.continuous_cluster import (
     STARTUP,
     TAKEOVER_BOUND,
-    _add_jobs,
-    _live_holders,
-    _node,
-    _use_continuous_jobs,
+    add_continuous_jobs,
+    live_holders,
+    node_named,
+    use_continuous_jobs,
 )
 from tests.support.jobs_continuous import Sampler
+from tests.support.slot_history import (
+    BEAT_ENV,
+    assert_each_slot_once,
+    count_executions,
+    next_second,
+    record_jobs,
+    wait_settled,
+    wait_started,
+    wait_until,
+)
 
 pytestmark = pytest.mark.acceptance
 
@@ -90,19 +90,19 @@ def test_beats_and_workers_two_minutes_apart_run_each_slot_once_and_on_time(
         else:
             cluster.start_beat(name, env={**BEAT_ENV, **skewed(skew)})
     beats, workers = ["beat-ahead", "beat-behind"], ["worker-ahead", "worker-behind"]
-    _wait_started(cluster, beats, workers)
+    wait_started(cluster, beats, workers)
     specs = [(f"tick-1-{n}", 1) for n in range(4)] + [(f"tick-2-{n}", 2) for n in range(2)]
     # Overlap allow, as in the three-beat test: on a loaded machine two runs of one job may meet
     # on the two workers and overlap skip would rightly record one skipped; this is about clocks.
-    jobs = _jobs(cluster, log, specs, overlap="allow")
-    start = _second(timezone.now()) + timedelta(seconds=2)
-    _wait_until(start + timedelta(seconds=20))
+    jobs = record_jobs(cluster, log, specs, overlap="allow")
+    start = next_second(timezone.now()) + timedelta(seconds=2)
+    wait_until(start + timedelta(seconds=20))
     end = start + timedelta(seconds=18)
-    _wait_settled(jobs, start, end, seconds=60)
+    wait_settled(jobs, start, end, seconds=60)
 
-    executions = _executions(log)
+    executions = count_executions(log)
     for job, (_, seconds) in zip(jobs, specs, strict=True):
-        runs = _assert_each_slot_once(job, start, end, executions, seconds)
+        runs = assert_each_slot_once(job, start, end, executions, seconds)
         assert {run.status for run in runs} == {RunStatus.SUCCEEDED}, job.name
         for run in runs:
             assert run.started_at is not None
@@ -111,7 +111,10 @@ def test_beats_and_workers_two_minutes_apart_run_each_slot_once_and_on_time(
     # Both skewed beats fired slots and both skewed workers ran them.
     for beat in beats:
         assert "created here" in cluster.log_of(beat)
-    nodes = set(JobRun.objects.filter(job__in=jobs).values_list("node", flat=True))
+    # The window's runs (all ended): slots after it keep coming, and one not yet taken has no
+    # node.
+    window = JobRun.objects.filter(job__in=jobs, scheduled_for__gte=start, scheduled_for__lte=end)
+    nodes = set(window.values_list("node", flat=True))
     assert {node.split("@")[0] for node in nodes} == set(workers)
     # And their clocks were skewed indeed (start-up on a busy machine takes up to ~30 s).
     for name, skew in skews.items():
@@ -124,9 +127,9 @@ def test_a_continuous_job_is_taken_over_within_the_bound_between_skewed_nodes(
     """Two continuous jobs on node a (+2 min) and node b (-2 min), one each. a is killed -9:
     b (behind) takes its job over; then c (+2 min) joins, takes one job, and b is killed -9:
     c (ahead) takes its job over. Each within the bound of the unskewed tests."""
-    log = _use_continuous_jobs(cluster, tmp_path)
-    _add_jobs(cluster, log, ["s0", "s1"])
-    with Sampler(log, _live_holders) as sampler:
+    log = use_continuous_jobs(cluster, tmp_path)
+    add_continuous_jobs(cluster, log, ["s0", "s1"])
+    with Sampler(log, live_holders) as sampler:
 
         def one_each(*names: str) -> bool:
             counts = sampler.per_node()
@@ -135,7 +138,7 @@ def test_a_continuous_job_is_taken_over_within_the_bound_between_skewed_nodes(
 
         def takeover(victim: str, survivor: str) -> float:
             """Kill ``victim`` -9; seconds until ``survivor`` holds its job."""
-            node = _node(victim)
+            node = node_named(victim)
             (orphan,) = (key for key, (holder, _) in sampler.latest().items() if holder == node)
             sampler.gone(cluster.processes[victim].pid)
             killed_at = time.time()
@@ -146,7 +149,7 @@ def test_a_continuous_job_is_taken_over_within_the_bound_between_skewed_nodes(
                 what=f"{victim}'s job on {survivor}",
             )
             taken_at = sampler.first_held_by_other(orphan, killed_at, node)
-            assert taken_at is not None and sampler.latest()[orphan][0] == _node(survivor)
+            assert taken_at is not None and sampler.latest()[orphan][0] == node_named(survivor)
             return taken_at - killed_at
 
         cluster.start_worker("a", concurrency=1, env=skewed(SKEW))

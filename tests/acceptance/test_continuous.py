@@ -15,21 +15,25 @@ from collections.abc import Collection
 from pathlib import Path
 
 import pytest
-from django.db.models.functions import Now
 
 import tests.support.jobs_continuous  # noqa: F401  (the functions the workers will run)
 from devtools.pgbouncer import Pooler
 from jobs import services
 from jobs.audit import Actor
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.continuous.supervisor import SUPERVISION_PERIOD, node_of
-from jobs.models import JobRun, Lease, Node, RunStatus
-from jobs.services import JobDefinition, create_job
+from jobs.models import JobRun, Node, RunStatus
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.continuous_cluster import (
+    STARTUP,
+    TAKEOVER_BOUND,
+    add_continuous_jobs,
+    live_holders,
+    node_named,
+    use_continuous_jobs,
+)
 from tests.support.jobs_continuous import (
     FENCED,
     Event,
-    Holders,
     Sampler,
     fenced_token_regressions,
     overlapping_tenures,
@@ -37,52 +41,6 @@ from tests.support.jobs_continuous import (
 )
 
 pytestmark = pytest.mark.acceptance
-
-HEARTBEAT = 1.0
-TTL = 3 * HEARTBEAT
-# The promise: running again within ttl + one supervision period. The slack absorbs a loaded
-# 2-core test machine; the benchmark measures the real distribution.
-TAKEOVER_BOUND = TTL + SUPERVISION_PERIOD + 3.0
-STARTUP = 90  # worker processes boot slowly on a busy machine
-
-
-def _use_continuous_jobs(cluster: Cluster, tmp_path: Path) -> Path:
-    cluster.env.update(
-        JOBS_MODULES="tests.support.jobs_under_test,tests.support.jobs_continuous",
-        JOBS_NODE_HEARTBEAT=str(HEARTBEAT),
-    )
-    return tmp_path / "continuous.log"
-
-
-def _add_jobs(cluster: Cluster, log: Path, names: list[str]) -> list[str]:
-    """Continuous jobs on the cluster's queue, alternately long-form and step-form. The long
-    ones take 0.3 s to return once asked to stop, so that a lease handed back before its
-    function returned would show as two tenures executing at once."""
-    keys = []
-    for i, name in enumerate(names):
-        loop = i % 2 == 0
-        job = create_job(
-            JobDefinition(
-                name=name,
-                task="tests.continuous.loop" if loop else "tests.continuous.step",
-                schedule=None,
-                kwargs={"log": str(log), "linger": 0.3} if loop else {"log": str(log)},
-                policies={"queue": cluster.queue},
-            ),
-            actor=Actor.code("tests"),
-        )
-        keys.append(job.lock_key)
-    return keys
-
-
-def _live_holders() -> Holders:
-    rows = Lease.objects.filter(expires_at__gt=Now()).values_list("key", "holder", "token")
-    return {key: (node_of(holder), token) for key, holder, token in rows}
-
-
-def _node(name: str) -> str:
-    """The full node name (``name@host``) a worker registered."""
-    return Node.objects.get(name__startswith=f"{name}@").name
 
 
 def _one_each(sampler: Sampler, nodes: int, without: str = "") -> bool:
@@ -117,9 +75,9 @@ def test_continuous_jobs_fail_over_through_pgbouncer_in_transaction_pooling(
 
 
 def _balance_fail_over_and_rebalance(cluster: Cluster, tmp_path: Path) -> None:
-    log = _use_continuous_jobs(cluster, tmp_path)
-    keys = _add_jobs(cluster, log, [f"c{i}" for i in range(6)])
-    with Sampler(log, _live_holders) as sampler:
+    log = use_continuous_jobs(cluster, tmp_path)
+    keys = add_continuous_jobs(cluster, log, [f"c{i}" for i in range(6)])
+    with Sampler(log, live_holders) as sampler:
         workers = {name: cluster.start_worker(name, concurrency=1) for name in "abc"}
 
         def balanced(expected: int, nodes: int) -> bool:
@@ -137,7 +95,7 @@ def _balance_fail_over_and_rebalance(cluster: Cluster, tmp_path: Path) -> None:
             return len(counts) == 4 and max(counts.values()) <= math.ceil(6 / 4)
 
         wait_for(rebalanced, timeout=STARTUP, what="the 4th node to get its share")
-        d = _node("d")
+        d = node_named("d")
         assert sum(sampler.per_node().values()) == 6 and sampler.per_node()[d] >= 1
         handed = JobRun.objects.filter(status=RunStatus.SUCCEEDED, result__ended__icontains=d)
         assert handed.exists()
@@ -170,12 +128,12 @@ def _balance_fail_over_and_rebalance(cluster: Cluster, tmp_path: Path) -> None:
 def test_sigterm_hands_over_at_once_and_a_paused_holder_is_fenced_out(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    log = _use_continuous_jobs(cluster, tmp_path)
-    loop_key, step_key = _add_jobs(cluster, log, ["p0", "p1"])
-    with Sampler(log, _live_holders) as sampler:
+    log = use_continuous_jobs(cluster, tmp_path)
+    loop_key, step_key = add_continuous_jobs(cluster, log, ["p0", "p1"])
+    with Sampler(log, live_holders) as sampler:
         workers = {name: cluster.start_worker(name, concurrency=1) for name in "ab"}
         wait_for(lambda: _one_each(sampler, 2), timeout=STARTUP, what="one job on each node")
-        a = _node("a")
+        a = node_named("a")
         (key_a,) = (key for key, (node, _) in sampler.latest().items() if node == a)
 
         # SIGTERM: ctx.stopping, the function returns, the lease is handed back, b takes over.
