@@ -323,7 +323,7 @@ class Job(models.Model):
         db_default=False,  # rows written in SQL (adoption's functions) get it too
         help_text="Skip a slot while this job's previous run still waits in its queue.",
     )
-    # Alerts: read by the database functions that open incidents (migration 0013).
+    # Alerts: read by the database functions that open incidents (jobs/sql/alerts.sql).
     alert_channels = models.CharField(
         max_length=16,
         default=AlertChannels.DEFAULT,
