@@ -2,8 +2,9 @@
 -- one transaction. Scheduled -> running exactly once; missed past its start deadline; skipped
 -- when its rate limit or its job's leases (guarantee 2) are all held. A function rather than one
 -- statement of chained CTEs: the executor runs only the branch a run takes (about a sixth less
--- server CPU per run, issue 4). The lease rules are jobs.guard.lease's; the deadline's start is
--- run_records.deadline_from_pg (tests/integration/test_guarantee_sql.py holds each copy to them).
+-- server CPU per run, issue 4). Every lease is taken by jobs_take_lease (lease.sql); the
+-- deadline's start is run_records.deadline_from_pg (tests/integration/test_guarantee_sql.py
+-- holds the SQL copy of each rule to the Python one).
 
 CREATE OR REPLACE FUNCTION jobs_claim_run(
     p_run_id bigint, p_node text, p_pid integer, p_task_id text, p_holder text,
@@ -75,14 +76,9 @@ BEGIN
     IF v_status = 'running' AND r.rate_limit_runs IS NOT NULL THEN
         FOR v_slot IN 1..r.rate_limit_runs LOOP
             v_rate_key := 'rate:' || r.name || '#' || v_slot;
-            INSERT INTO jobs_lease AS l (key, holder, token, acquired_at, expires_at)
-            VALUES (v_rate_key, coalesce(p_holder, 'run ' || p_run_id), 1, now(),
-                    now() + make_interval(secs => r.rate_limit_period))
-            ON CONFLICT (key) DO UPDATE
-               SET holder = EXCLUDED.holder, token = l.token + 1, acquired_at = now(),
-                   expires_at = EXCLUDED.expires_at, stop_requested_by = ''
-             WHERE l.expires_at <= now()
-            RETURNING l.token INTO v_rate_token;
+            SELECT t.o_token INTO v_rate_token
+              FROM jobs_take_lease(v_rate_key, coalesce(p_holder, 'run ' || p_run_id),
+                                   r.rate_limit_period) AS t;
             EXIT WHEN v_rate_token IS NOT NULL;
         END LOOP;
         IF v_rate_token IS NULL THEN
@@ -101,14 +97,8 @@ BEGIN
         -- The job's max_concurrency leases (lease.slot_keys), the first free one taken.
         FOR v_slot IN 1..greatest(r.max_concurrency, 1) LOOP
             v_try := CASE WHEN r.max_concurrency > 1 THEN v_key || '#' || v_slot ELSE v_key END;
-            -- lease.TAKE_OVER_IF_LAPSED_PG: free or lapsed by the database clock; token + 1.
-            INSERT INTO jobs_lease AS l (key, holder, token, acquired_at, expires_at)
-            VALUES (v_try, p_holder, 1, now(), now() + make_interval(secs => r.lease_ttl))
-            ON CONFLICT (key) DO UPDATE
-               SET holder = EXCLUDED.holder, token = l.token + 1, acquired_at = now(),
-                   expires_at = EXCLUDED.expires_at, stop_requested_by = ''
-             WHERE l.expires_at <= now()
-            RETURNING l.token, l.expires_at INTO v_token, v_expires;
+            SELECT t.o_token, t.o_expires_at INTO v_token, v_expires
+              FROM jobs_take_lease(v_try, p_holder, r.lease_ttl) AS t;
             IF v_token IS NOT NULL THEN
                 v_key := v_try;
                 EXIT;
