@@ -1,7 +1,9 @@
 # One home for the take-over of a lapsed lease in the database's functions: jobs_take_lease,
 # which the claim calls for its job's leases and for its rate limit's, instead of two copies of
-# the upsert in two loops (jobs/sql/lease.sql). The functions' text as installed here:
-# migrations/sql/0031_*.sql (frozen).
+# the upsert in two loops (jobs/sql/lease.sql). The call costs about 4 us more per lease taken
+# (a PL/pgSQL loop of 3,000 take-overs, inline against through the function, on a loaded 2-core
+# machine): 1 to 2 % of a claim. The functions' text as installed here: migrations/sql/0031_*.sql
+# (frozen).
 
 from django.db import migrations
 
