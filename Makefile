@@ -21,7 +21,7 @@ VENV_DJANGO6 ?= .venv-django6
 BIN_DJANGO6 := $(VENV_DJANGO6)/bin
 INSTALLED_DJANGO6 := $(VENV_DJANGO6)/.installed-$(shell cat requirements/dev-django6.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test test-django6 chromium rabbitmq-server faketime promtool pgbouncer manage lint format typecheck migrations-check migrations-check-django6 ci lock lock-django6 clean
+.PHONY: run test test-django6 chromium rabbitmq-server faketime promtool pgbouncer manage lint docs format typecheck migrations-check migrations-check-django6 ci lock lock-django6 clean
 
 # Quiet, and on stderr: `make manage ARGS="jobs list --json"` prints only the command's output,
 # even the first time, when it installs.
@@ -89,6 +89,12 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The documentation site (mkdocs.yml, docs/) into the git-ignored site/. --strict, as CI runs it:
+# a broken link or anchor, a page missing from the nav, or a generated reference (the CLI's,
+# the configuration's: devtools/docs_reference.py) that no longer matches the code fails it.
+docs: $(INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
 format: $(INSTALLED)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
@@ -114,4 +120,4 @@ lock-django6: $(INSTALLED_DJANGO6)
 	$(BIN_DJANGO6)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --extra platform --extra dev -c requirements/django6.in -o requirements/dev-django6.txt pyproject.toml
 
 clean:
-	rm -rf .dev .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .dev .pytest_cache .mypy_cache .ruff_cache site

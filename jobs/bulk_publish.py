@@ -359,6 +359,7 @@ class Burst:
     def __init__(self, producer: Any) -> None:
         self.producer = producer
         self.sent = 0
+        self.failed: set[int] = set()  # runs whose message may not have gone out
         self._templates: dict[tuple[Any, ...], _Template] = {}
         self._driver = _transport(producer)
         self._confirms: _Confirms | None = None
@@ -425,6 +426,7 @@ class Burst:
                     run.job.name,
                 )  # fmt: skip
             except Exception:
+                self.failed.add(run.run_id)
                 log.exception(
                     "publish failed; the run stays scheduled for maintenance to re-publish",
                     extra={"action": "publish_failed", "run_id": run.run_id},
@@ -446,6 +448,7 @@ class Burst:
             self.sent += chunk.last - chunk.first + 1
 
     def _chunk_failed(self, run_ids: list[int]) -> None:
+        self.failed.update(run_ids)
         log.exception(
             "publishing a burst chunk of %d run(s) failed; they stay scheduled for maintenance "
             "to re-publish",

@@ -171,7 +171,7 @@ def is_burst(count: int) -> bool:
 
 class Publishing:
     """Runs handed over chunk after chunk (``add``); ``sent`` counts the messages the broker
-    took, final once ``publishing``'s block ends."""
+    took and ``published`` names their runs, both final once ``publishing``'s block ends."""
 
     def __init__(
         self, producer: Any, burst: bulk_publish.Burst | None, sent_event: bool = False
@@ -180,10 +180,18 @@ class Publishing:
         self.burst = burst
         self.sent_event = sent_event
         self._sent_one_by_one = 0
+        self._handed: list[int] = []
+        self._failed: set[int] = set()
 
     @property
     def sent(self) -> int:
         return self._sent_one_by_one + (self.burst.sent if self.burst is not None else 0)
+
+    @property
+    def published(self) -> list[int]:
+        """The runs whose messages went out (a burst's: confirmed, on RabbitMQ)."""
+        failed = self._failed | (self.burst.failed if self.burst is not None else set())
+        return [run_id for run_id in self._handed if run_id not in failed]
 
     def add(self, runs: Iterable[tuple[Job, int, datetime]]) -> None:
         """Publish each run; one failed publish is logged and left for maintenance to
@@ -194,6 +202,7 @@ class Publishing:
                 publishable.append((job, run_id, scheduled_for))
             else:
                 _refuse_unregistered(job, run_id)
+        self._handed += [run_id for _, run_id, _ in publishable]
         if self.burst is not None:
             if publishable:
                 self.burst.publish([bulk_publish.Publication(*run) for run in publishable])
@@ -204,6 +213,7 @@ class Publishing:
                     job, run_id, scheduled_for, producer=self.producer, sent_event=self.sent_event
                 )
             except Exception:
+                self._failed.add(run_id)
                 log.exception(
                     "publish failed; the run stays scheduled for maintenance to re-publish",
                     extra={"action": "publish_failed", "run_id": run_id, "job": job.name},

@@ -1,5 +1,5 @@
 """Django settings, 12-factor: everything that differs between deployments comes from the
-environment (see ``project/env.py`` and the configuration table in the README)."""
+environment (see ``project/env.py`` and docs/configuration.md)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 # /livez, /readyz, /healthz and /metrics are answered by jobs.web.probes.ProbeMiddleware, ahead of
-# host validation and the HTTPS redirect (see the README's operations section).
+# host validation and the HTTPS redirect (see docs/operating.md, Probes).
 handler400 = "jobs.web.api.bad_request"
 
 urlpatterns = [

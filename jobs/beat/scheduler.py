@@ -404,6 +404,7 @@ class ClusterScheduler(Scheduler):
                     if run.run_id not in coalesced
                 )
         sent = publisher.sent
+        self._mark_published(publisher.published)
         log.info(
             "beat fired %d slot(s): %d created here, %d published",
             len(fire),
@@ -411,6 +412,21 @@ class ClusterScheduler(Scheduler):
             sent,
             extra={"action": "beat_fired"},
         )
+
+    def _mark_published(self, run_ids: list[int]) -> None:
+        # Stamped once the messages are out, so that maintenance never counts a run as sent
+        # (and missing from its queue) before the queue can hold it. Unstamped, a run is
+        # "never sent": maintenance publishes it again after JOBS_REPUBLISH_AFTER, a no-op at
+        # the claim; that is no reason to fail the tick.
+        try:
+            run_records.mark_published(run_ids)
+        except DatabaseError as exc:
+            log.warning(
+                "could not record %d run(s) published (%s); maintenance will send them again",
+                len(run_ids),
+                exc,
+                extra={"action": "mark_published_failed"},
+            )
 
     def _record_one_offs(
         self,

@@ -122,14 +122,13 @@ def calendar_status_pg(why: str) -> str:
 
 # Guarantee 1: the partial unique index makes the first insert of a slot win; every other beat's
 # insert of the same slot does nothing and returns no row, so only the winner publishes. The
-# winner publishes right after, so the run counts as dispatched now; if that beat dies before
-# publishing, maintenance finds the run still scheduled later and publishes it (guarantee 4).
+# winner publishes right after and then stamps dispatched_at (``mark_published``); if that beat
+# dies before, maintenance finds the run never sent and publishes it (guarantee 4).
 # A slot in a blackout window, or that the job's calendar skips (``reason``, computed by the
 # beat: jobs.schedule.calendars), is recorded skipped in the same insert, and not published.
 _INSERT_SLOTS = f"""
-INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, dispatched_at, status, finished_at,
-                         error)
-SELECT job_id, slot, 'scheduled', CASE WHEN why = '' THEN now() END, {calendar_status_pg("why")}
+INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at, error)
+SELECT job_id, slot, 'scheduled', {calendar_status_pg("why")}
   FROM (SELECT t.job_id, t.slot,
                coalesce('blackout: ' || {blackout_of_pg("t.job_id", "t.slot")}, t.reason, '')
                  AS why  -- no reasons given: unnest pads the empty array with nulls
@@ -688,14 +687,24 @@ RETURNING r.id, r.job_id, r.scheduled_for
 """
 
 # Per queue with stranded runs whose message went out: how many are stranded, and how many due
-# runs' messages (stranded or not) the queue should hold if none was lost.
+# runs' messages (stranded or not) the queue should hold if none was lost. Only messages that
+# went out before ``published_before`` count, and the database's now() of this statement is
+# returned with them: read before a queue's depth, it bounds the messages that depth can hold
+# (a beat stamps dispatched_at only once its publish is done, see mark_published).
 _SENT_BACKLOG = f"""
-SELECT j.queue, count(*) FILTER (WHERE {_STRANDED}), count(*)
+SELECT j.queue, count(*) FILTER (WHERE {_STRANDED}), count(*), now()
   FROM jobs_jobrun AS s JOIN jobs_job AS j ON j.id = s.job_id
- WHERE s.status = 'scheduled' AND s.dispatched_at IS NOT NULL AND s.scheduled_for <= now()
+ WHERE s.status = 'scheduled' AND s.scheduled_for <= now()
+   AND s.dispatched_at < coalesce(%(published_before)s::timestamptz, now())
    AND s.trigger IN {_MAINTAINED_TRIGGERS}
  GROUP BY j.queue
 HAVING count(*) FILTER (WHERE {_STRANDED}) > 0
+"""
+
+# Runs whose messages the broker took: from now on their loss is told by their queue's depth.
+_MARK_PUBLISHED = """
+UPDATE jobs_jobrun SET dispatched_at = now()
+ WHERE id = ANY(%s::bigint[]) AND dispatched_at IS NULL
 """
 
 
@@ -747,8 +756,22 @@ def take_stranded(
         return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]
 
 
-def sent_backlog(after: float) -> list[QueueBacklog]:
-    """The queues with runs stranded ``after`` seconds past their dispatch (``_SENT_BACKLOG``)."""
+def sent_backlog(
+    after: float, published_before: datetime | None = None
+) -> tuple[datetime | None, list[QueueBacklog]]:
+    """The queues with runs stranded ``after`` seconds past their dispatch, counting only the
+    messages that went out before ``published_before`` (default: now), and the database clock
+    of the reading (``None`` when no queue has any: see ``_SENT_BACKLOG``)."""
+    params = {"after": after, "published_before": published_before}
     with connection.cursor() as cursor:
-        cursor.execute(_SENT_BACKLOG, {"after": after})
-        return [QueueBacklog(queue=q, stranded=s, sent=n) for q, s, n in cursor.fetchall()]
+        cursor.execute(_SENT_BACKLOG, params)
+        rows = cursor.fetchall()
+    read_at = rows[0][3] if rows else None
+    return read_at, [QueueBacklog(queue=q, stranded=s, sent=n) for q, s, n, _ in rows]
+
+
+def mark_published(run_ids: Sequence[int]) -> None:
+    """Stamp dispatched_at on runs their beat has just published (``_MARK_PUBLISHED``)."""
+    if run_ids:
+        with connection.cursor() as cursor:
+            cursor.execute(_MARK_PUBLISHED, [list(run_ids)])

@@ -63,8 +63,7 @@ def run_pass(
                 len(expired),
                 extra={"action": "missed", "run_ids": expired[:100]},
             )
-        stranded = _take_stranded(republish_after)
-        republished = _republish(stranded, producer) if stranded else 0
+        republished = _republish_stranded(republish_after, producer)
         # A backfill whose worker died between one run's end and the next one's release.
         republished += backfill.release_and_publish(producer=producer)
         report = PassReport(
@@ -80,25 +79,43 @@ def run_pass(
     return report
 
 
-def _take_stranded(after: float) -> list[run_records.NewRun]:
-    """The stranded runs to re-publish: every one whose message never went out, and of those
-    whose message did, only as many as their queue is short of. A queue that still holds every
-    due run's message (workers stopped or busy) gets no copies; one that lost them all (a broker
-    flush) gets them all. The shortfall is taken oldest first: a queue hands out its oldest
-    messages first, so those are the ones a worker holds unclaimed or that were lost."""
-    runs = run_records.take_stranded(after, REPUBLISH_BATCH, sent=False)
-    backlogs = run_records.sent_backlog(after)
+def _republish_stranded(after: float, producer: Any) -> int:
+    """Re-publish the stranded runs: every one whose message never went out, and of those whose
+    message did, only as many as their queue is short of (``_take_short``). The first are out
+    before the queues are read, so their messages are never counted missing."""
+    never_sent = run_records.take_stranded(after, REPUBLISH_BATCH, sent=False)
+    republished = _republish(never_sent, producer) if never_sent else 0
+    short = _take_short(after, REPUBLISH_BATCH - len(never_sent))
+    return republished + (_republish(short, producer) if short else 0)
+
+
+def _take_short(after: float, room: int) -> list[run_records.NewRun]:
+    """The sent runs whose messages their queue no longer holds, up to ``room``. A queue that
+    still holds every due run's message (workers stopped or busy) gets no copies; one that lost
+    them all (a broker flush) gets them all. The shortfall is taken oldest first: a queue hands
+    out its oldest messages first, so those are the ones a worker holds unclaimed or that were
+    lost.
+
+    The readings are ordered so that a message still on its way is never counted missing: the
+    runs are counted (again) after the depths are read, only those whose message went out
+    before the depths were read (dispatched_at is stamped once a publish is done), and only
+    those still unclaimed (a run claimed meanwhile had left its queue). What is left counted
+    missing is a lost message or one a worker holds and has not claimed yet (its prefetch)."""
+    if room <= 0:
+        return []
+    read_at, backlogs = run_records.sent_backlog(after)
     if not backlogs:
-        return runs
+        return []
     with current_app.connection_for_write() as connection:
         depths = queue_depth.waiting_messages(connection, [b.queue for b in backlogs])
+    _, backlogs = run_records.sent_backlog(after, published_before=read_at)
+    runs: list[run_records.NewRun] = []
     for backlog in backlogs:
         depth = depths.get(backlog.queue)
         short = backlog.stranded if depth is None else min(backlog.stranded, backlog.sent - depth)
-        room = REPUBLISH_BATCH - len(runs)
-        if short > 0 and room > 0:
+        if short > 0 and room > len(runs):
             runs += run_records.take_stranded(
-                after, min(short, room), sent=True, queue=backlog.queue
+                after, min(short, room - len(runs)), sent=True, queue=backlog.queue
             )
         elif short <= 0:
             log.info(

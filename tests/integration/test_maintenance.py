@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -13,7 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs import dispatch
-from jobs.guard import lease
+from jobs.guard import lease, run_records
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.upkeep import maintenance
@@ -98,6 +99,61 @@ def test_a_queue_short_of_messages_gets_only_the_missing_ones_oldest_first(
     oldest_two = sorted(runs, key=lambda run: run.scheduled_for)[:2]
     assert {pk for pk in after if after[pk] != before[pk]} == {run.pk for run in oldest_two}
     assert fresh.pk not in {pk for pk in after if after[pk] != before[pk]}
+
+
+def test_messages_on_their_way_or_taken_while_the_queue_is_read_are_never_counted_missing(
+    make_job: Callable[..., Job], broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readings of the runs and of the queue cannot be taken at one instant. Whatever
+    happens between them, a message that is in the queue, or on its way to it, or that a worker
+    took and claimed, gets no copy: only a lost one (or one a worker holds unclaimed) would."""
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
+    queued = _sent(job, 3, age=60)  # stranded, their messages all still queued
+    # A beat recorded this slot and had not published it yet when the pass began.
+    recorded = _run(job, age=0, dispatched=None)
+    real_depths = maintenance.queue_depth.waiting_messages
+
+    def depths_while_the_cluster_moves(connection: object, queues: list[str]) -> object:
+        # Just before the depth is read, a worker takes the oldest message and claims its run.
+        assert broker.rpop(QUEUE) is not None
+        JobRun.objects.filter(pk=queued[0].pk).update(status=RunStatus.RUNNING)
+        depths = real_depths(connection, queues)
+        # Right after: that beat publishes its run and stamps it, and another beat records,
+        # publishes and stamps a new slot.
+        for run in (recorded, _run(job, age=0, dispatched=None)):
+            dispatch.publish(job, run.pk, run.scheduled_for)
+            run_records.mark_published([run.pk])
+        return depths
+
+    monkeypatch.setattr(maintenance.queue_depth, "waiting_messages", depths_while_the_cluster_moves)
+    report = _pass()
+    assert report is not None and report.republished == 0
+    assert broker.llen(QUEUE) == 4  # two of the stranded runs' and the two new ones'
+
+
+def test_only_runs_whose_messages_went_out_are_stamped_sent(
+    make_job: Callable[..., Job], broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dispatched_at says the message went out (the beat stamps what ``published`` names): a
+    run whose publish failed stays unstamped, a never-sent run for maintenance, which publishes
+    it regardless of its queue's depth."""
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
+    out, failing = _run(job, age=1, dispatched=None), _run(job, age=1, dispatched=None)
+
+    def publish(job: Job, run_id: int, *args: Any, **kwargs: Any) -> None:
+        if run_id == failing.pk:
+            raise ConnectionError("the broker went away")
+        real_publish(job, run_id, *args, **kwargs)
+
+    real_publish = dispatch.publish
+    monkeypatch.setattr(dispatch, "publish", publish)
+    with dispatch.publishing() as publisher:
+        publisher.add([(job, out.pk, out.scheduled_for), (job, failing.pk, failing.scheduled_for)])
+    assert publisher.published == [out.pk]
+    run_records.mark_published(publisher.published)
+    stamped = dict(JobRun.objects.values_list("pk", "dispatched_at"))
+    assert stamped[out.pk] is not None and stamped[failing.pk] is None
+    assert broker.llen(QUEUE) == 1
 
 
 def test_runs_past_their_deadline_are_recorded_missed_not_republished(
