@@ -2,8 +2,8 @@
 the job gets one run for that slot (trigger ``upstream``); when an upstream's run for it ends
 otherwise and is not retried, the job's record of the slot says which run and why (``skipped``).
 
-The rule is one deferred trigger on the run table (migration 0022), so it holds however a run
-ends; this module defines the graph (no cycles) and publishes the runs a finish made.
+The rule is one deferred trigger on the run table (jobs/sql/dependencies.sql), so it holds however
+a run ends; this module defines the graph (no cycles) and publishes the runs a finish made.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def _path(edges: dict[int, list[int]], start: int, goal: int) -> list[int]:
     return []
 
 
-# The runs that a finish made for downstream jobs (the trigger of migration 0022), not yet sent:
+# The runs that a finish made for downstream jobs (the trigger of jobs/sql/dependencies.sql), not
+# yet sent:
 # stamped and returned for publishing, once, whoever asks.
 _TAKE_MADE_BY = """
 UPDATE jobs_jobrun SET dispatched_at = now()

@@ -323,7 +323,7 @@ class Job(models.Model):
         db_default=False,  # rows written in SQL (adoption's functions) get it too
         help_text="Skip a slot while this job's previous run still waits in its queue.",
     )
-    # Alerts: read by the database functions that open incidents (migration 0013).
+    # Alerts: read by the database functions that open incidents (jobs/sql/alerts.sql).
     alert_channels = models.CharField(
         max_length=16,
         default=AlertChannels.DEFAULT,
@@ -1048,7 +1048,7 @@ class AlertReason(models.TextChoices):
 class Incident(models.Model):
     """A period during which a job (or, with no job, the cluster) is unhealthy.
 
-    Opened and resolved only by the PL/pgSQL functions of migration ``0013_alerts``
+    Opened and resolved only by the PL/pgSQL functions of ``jobs/sql/alerts.sql``
     (``jobs_open_incident``, ``jobs_resolve_incidents``), called by a trigger on run outcomes and
     by the checks of ``jobs.alerts.detect``; the partial unique constraint lets one incident per
     (job, kind) be open, so however many processes see a failure, it is one incident.

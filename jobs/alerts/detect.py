@@ -2,7 +2,7 @@
 dead-man's switch) and a cluster with no live beat or no live node.
 
 They open and resolve incidents through the same database functions as the run-outcome trigger
-(migration ``0013_alerts``), so each is one incident however many processes look at once.
+(``jobs/sql/alerts.sql``), so each is one incident however many processes look at once.
 
 Who looks: maintenance (one beat at a time) checks stuck runs and overdue jobs; the cluster
 check runs in maintenance *and* in every worker node's alert sender, because "no live beat"

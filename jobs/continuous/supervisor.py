@@ -42,9 +42,9 @@ SWEEP_EVERY = 30.0
 # Wake this long after a lease lapses or a node dies, so the database agrees it has.
 WAKE_MARGIN = 0.02
 # Between the ticks that read the whole snapshot, a tick reads only the cluster version
-# (migration 0023), unless a deadline the last snapshot announced came; but the whole snapshot
-# at least this often, as a backstop for a change no version bump announces (rows written
-# around the app).
+# (jobs/sql/cluster_version.sql), unless a deadline the last snapshot announced came; but the
+# whole snapshot at least this often, as a backstop for a change no version bump announces (rows
+# written around the app).
 FULL_LOOK_AT_LEAST_EVERY = 10.0
 
 _VERSION = "SELECT version FROM jobs_cluster_version WHERE id = 1"
@@ -146,7 +146,8 @@ def read_snapshot(extra_keys: Sequence[str] = ()) -> Snapshot:
 
 
 def read_version() -> int | None:
-    """The cluster version: changed by every write a snapshot would show (migration 0023)."""
+    """The cluster version: changed by every write a snapshot would show
+    (jobs/sql/cluster_version.sql)."""
     with connection.cursor() as cursor:
         cursor.execute(_VERSION)
         row = cursor.fetchone()

@@ -59,8 +59,8 @@ class LeaseHolder:
 def slot_keys(key: str, slots: int) -> list[str]:
     """The lease keys of a lock that up to ``slots`` runs may hold at once (a job's
     max_concurrency): the key itself for one, else ``key#1`` … ``key#N``, each a lease of its own
-    with its own fencing token, tried in that order. The claim function (migration 0019) names
-    them the same way."""
+    with its own fencing token, tried in that order. The claim function (jobs/sql/claim_run.sql)
+    names them the same way."""
     if slots <= 1:
         return [key]
     return [f"{key}#{slot}" for slot in range(1, slots + 1)]
@@ -88,7 +88,8 @@ def held_from_row(
 # --- PostgreSQL -------------------------------------------------------------------------------
 # The heart of guarantee 2: an upsert that takes the row only when its lease lapsed (by the
 # database clock), bumping the token. Shared with records.acquire_for_run; the claim's PL/pgSQL
-# function (jobs_claim_run, migration 0008) repeats it: change both together.
+# function (jobs/sql/claim_run.sql) repeats it: change both together
+# (tests/integration/test_guarantee_sql.py compares them).
 TAKE_OVER_IF_LAPSED_PG = """
 ON CONFLICT (key) DO UPDATE
    SET holder = EXCLUDED.holder, token = jobs_lease.token + 1,
@@ -121,7 +122,7 @@ RETURNING expires_at, stop_requested_by
 # Giving the lease back honours the job's minimum hold (ShedLock's lockAtLeastFor): the lease
 # stays live until acquired_at + min_hold, so a fast job cannot run twice for one slot on nodes
 # whose clocks disagree. With min_hold 0 it lapses at once. The finish's PL/pgSQL function
-# (jobs_finish_run, migration 0008) repeats it: change both together.
+# (jobs/sql/finish_run.sql) repeats it: change both together (test_guarantee_sql compares them).
 RELEASE_EXPIRY_PG = "GREATEST(now(), jobs_lease.acquired_at + make_interval(secs => %(min_hold)s))"
 
 _RELEASE_PG = f"""

@@ -4,7 +4,7 @@ turns every repeated delivery into a no-op, and a finish that a lapsed holder ca
 Each function is one statement (PostgreSQL). The claim also takes the run's lease, and the finish
 also gives it back (and records a retry when one is due), so a guarded run costs the database two
 round trips; the lease parts are the fragments of ``jobs/guard/lease.py``, where all lease SQL
-lives, except in the claim and the finish, whose PL/pgSQL functions (migration 0008) repeat them.
+lives, except in the claim and the finish, whose PL/pgSQL functions (jobs/sql/) repeat them.
 
 A statement about one run (or about the runs one upstream run made) finds it by that column
 alone and tests the status it must have with ``IS NOT DISTINCT FROM``, which is no index
@@ -95,8 +95,8 @@ class LostRun:
 def deadline_from_pg(run: str) -> str:
     """SQL: the instant the start deadline of the run aliased ``run`` counts from: its slot; for
     a backfill run (a past slot) its release (jobs.backfill), NULL, so never late, until then;
-    for an upstream's (its upstream's slot) its creation. The claim function (migration 0022)
-    repeats it."""
+    for an upstream's (its upstream's slot) its creation. The claim function
+    (jobs/sql/claim_run.sql) repeats it."""
     return (
         f"CASE WHEN {run}.trigger = 'backfill' THEN {run}.released_at"
         f" WHEN {run}.trigger = 'upstream' THEN {run}.created_at"
@@ -163,8 +163,8 @@ _JOB_FIELDS = (
 # job's own ('job:' || name, as Job.lock_key) — a key derived from arguments is computed in
 # Python (acquire_for_run) — and records skipped, naming the holder, when the lease is held and
 # the job's overlap policy is skip. It returns the job's columns (with a call's own arguments in
-# place of the job's: jobs.calls, migration 0015), so the runner needs no other read. The
-# function (migration 0008) does only the branch a run takes, which costs the server less than
+# place of the job's: jobs.calls), so the runner needs no other read. The function
+# (jobs/sql/claim_run.sql) does only the branch a run takes, which costs the server less than
 # one statement that builds every branch for every run.
 _CLAIM = """
 SELECT * FROM jobs_claim_run(%(run_id)s::bigint, %(node)s::text, %(pid)s::integer,
@@ -277,7 +277,7 @@ retry AS (
 # live; a holder whose lease lapsed gets 'lost' recorded instead of its outcome. The same
 # transaction gives the lease back (honouring min_hold, lease.RELEASE_EXPIRY_PG) and records a
 # retry when one is due (as _RETRY_CTE), so a failure and its retry are recorded together or
-# not at all. A function of migration 0008, like the claim.
+# not at all. A function (jobs/sql/finish_run.sql), like the claim.
 _FINISH_FENCED = """
 SELECT * FROM jobs_finish_run(%(run_id)s::bigint, %(key)s::text, %(token)s::bigint,
                               %(status)s::text, %(error)s::text, %(traceback)s::text,

@@ -5,18 +5,13 @@
 # fenced and unleased finishes, lost runs, missed and calendar-skipped slots), in the transaction
 # that ends it. Triggered jobs have no schedule of their own. The claim now counts a downstream
 # run's start deadline from its creation, and tells the runner whether the job has downstreams
-# (it then publishes the runs its finish made) and which upstream run made this one.
-
-import importlib
+# (it then publishes the runs its finish made) and which upstream run made this one. The claim's
+# text as installed here: migrations/sql/0022_claim_run.sql (frozen).
 
 import django.db.models.deletion
 from django.db import migrations, models
 
 from jobs import postgres_only
-
-_0018 = importlib.import_module("jobs.migrations.0018_backfill")
-_0020 = importlib.import_module("jobs.migrations.0020_rate_limit")
-_replaced = _0018._replaced
 
 RUN_SLOT = """
 CREATE OR REPLACE FUNCTION jobs_run_slot(p_run_id bigint) RETURNS timestamptz
@@ -83,34 +78,13 @@ CREATE CONSTRAINT TRIGGER jobs_follow_upstreams
     EXECUTE FUNCTION jobs_follow_upstreams();
 """
 
+DROP_CLAIM = "DROP FUNCTION IF EXISTS jobs_claim_run(bigint, text, integer, text, text, text[]);\n"
+
 UNFOLLOW = """
 DROP TRIGGER IF EXISTS jobs_follow_upstreams ON jobs_jobrun;
 DROP FUNCTION IF EXISTS jobs_follow_upstreams();
 DROP FUNCTION IF EXISTS jobs_run_slot(bigint);
 """
-
-CLAIM = _replaced(
-    _replaced(
-        _replaced(
-            _replaced(
-                _0020.CLAIM,
-                "    o_trigger text\n) LANGUAGE",
-                "    o_trigger text, o_upstream_run_id bigint, o_has_downstreams boolean\n"
-                ") LANGUAGE",
-            ),
-            "           jr.trigger, jr.released_at\n      INTO r",
-            "           jr.trigger, jr.released_at, jr.created_at, jr.upstream_run_id\n      INTO r",
-        ),
-        """    v_deadline_from := CASE WHEN r.trigger = 'backfill' THEN r.released_at
-                            ELSE r.scheduled_for END;""",
-        """    v_deadline_from := CASE WHEN r.trigger = 'backfill' THEN r.released_at
-                            WHEN r.trigger = 'upstream' THEN r.created_at
-                            ELSE r.scheduled_for END;""",
-    ),
-    "        r.trigger::text;",
-    "        r.trigger::text, r.upstream_run_id,\n"
-    "        EXISTS (SELECT 1 FROM jobs_job_upstreams AS d WHERE d.to_job_id = r.job_id);",
-)
 
 
 class Migration(migrations.Migration):
@@ -158,7 +132,9 @@ class Migration(migrations.Migration):
             constraint=models.UniqueConstraint(condition=models.Q(('trigger', 'upstream')), fields=('job', 'scheduled_for'), name='one_run_per_upstream_slot'),
         ),
         migrations.RunPython(
-            postgres_only.run_sql(RUN_SLOT + FOLLOW + _0018.DROP_CLAIM + CLAIM),
-            postgres_only.run_sql(UNFOLLOW + _0018.DROP_CLAIM + _0020.CLAIM),
+            postgres_only.run_frozen_sql(
+                "0022_claim_run.sql", first=RUN_SLOT + FOLLOW + DROP_CLAIM
+            ),
+            postgres_only.run_frozen_sql("0020_claim_run.sql", first=UNFOLLOW + DROP_CLAIM),
         ),
     ]

@@ -46,6 +46,9 @@ def test_the_wheel_carries_the_app_and_nothing_else(wheel: zipfile.ZipFile) -> N
     assert top == {"jobs"}, "project/, tests/, devtools/, bench/ stay out"
     migrations = sorted(ROOT.joinpath("jobs/migrations").glob("0*.py"))
     assert migrations and all(f"jobs/migrations/{m.name}" in names for m in migrations)
+    # The SQL the migrations run (frozen) and the current text of the functions (jobs/sql).
+    sql = sorted(ROOT.joinpath("jobs").rglob("*.sql"))
+    assert sql and all(f"jobs/{s.relative_to(ROOT / 'jobs')}" in names for s in sql)
     templates = sorted(ROOT.joinpath("jobs/templates").rglob("*.html"))
     for template in templates:
         assert f"jobs/{template.relative_to(ROOT / 'jobs')}" in names

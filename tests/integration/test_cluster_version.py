@@ -1,7 +1,7 @@
-"""The cluster version (migration 0023) moves on every write a supervision snapshot would show,
-and on none of the frequent ones: supervisors read the whole snapshot only when it moved (or a
-deadline they know of came), so a missed bump would delay a handoff and a needless one would
-cost a snapshot. Real PostgreSQL triggers."""
+"""The cluster version (jobs/sql/cluster_version.sql) moves on every write a supervision
+snapshot would show, and on none of the frequent ones: supervisors read the whole snapshot only
+when it moved (or a deadline they know of came), so a missed bump would delay a handoff and a
+needless one would cost a snapshot. Real PostgreSQL triggers."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """The rules that carry guarantees 2 and 3 where they exist in two copies: the lease rules of
-``jobs.guard.lease`` repeated, for speed, inside the guarded run's PL/pgSQL functions (read here
-as the database holds them now), and the retry rule, written as a CTE and inside
-``jobs_finish_run`` (driven through the same cases). Either test fails when a copy drifts."""
+``jobs.guard.lease`` (and where a run's start deadline counts from) repeated in the database's
+functions (``jobs/sql/``, which test_sql_contract holds the migrated database to), and the retry
+rule, written as a CTE and inside ``jobs_finish_run`` (driven through the same cases). Either
+test fails when a copy drifts."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,30 +20,36 @@ from jobs.models import Job, JobRun, RunStatus, Trigger
 
 pytestmark = pytest.mark.django_db
 
+SQL = Path(run_records.__file__).parent.parent / "sql"
+
 # The functions' names for what the Python statements pass as parameters.
 PLPGSQL_PARAMETERS = {"%(min_hold)s": "p_min_hold"}
 
 
-def _installed(function: str) -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_get_functiondef(%s::regproc)", [function])
-        definition: str = cursor.fetchone()[0]
-    return definition
-
-
 def _normalized(sql: str) -> str:
+    sql = re.sub(r"--[^\n]*", "", sql)  # comments
     for placeholder, parameter in PLPGSQL_PARAMETERS.items():
         sql = sql.replace(placeholder, parameter)
     sql = re.sub(r"\bl\.", "jobs_lease.", sql)  # the functions alias the lease table as l
     return " ".join(sql.lower().split())
 
 
+def _copies(rule: str, opening: int) -> list[str]:
+    """Each place in jobs/sql/ where a statement opens as ``rule`` does (its first ``opening``
+    characters, normalized), with as much text after it as the rule has: a copy that drifted
+    shows, however it still starts."""
+    written = _normalized("\n".join(p.read_text(encoding="utf-8") for p in SQL.glob("*.sql")))
+    rule = _normalized(rule)
+    starts = [m.start() for m in re.finditer(re.escape(rule[:opening]), written)]
+    return [written[start : start + len(rule)] for start in starts]
+
+
 @pytest.mark.parametrize(
-    ("rule", "function"),
+    ("rule", "opening"),
     [
-        (lease.TAKE_OVER_IF_LAPSED_PG, "jobs_claim_run"),
-        (lease.RELEASE_EXPIRY_PG, "jobs_finish_run"),
-        (run_records.deadline_from_pg("r"), "jobs_claim_run"),
+        (lease.TAKE_OVER_IF_LAPSED_PG, len("on conflict (key)")),
+        (lease.RELEASE_EXPIRY_PG, len("greatest(now(), jobs_lease.acquired_at")),
+        (run_records.deadline_from_pg("r"), len("case when r.trigger = 'backfill' then r.")),
     ],
     ids=[
         "take over only a lapsed lease, token + 1",
@@ -49,12 +57,12 @@ def _normalized(sql: str) -> str:
         "a backfill run's deadline counts from its release",
     ],
 )
-def test_the_plpgsql_copy_of_each_lease_rule_matches_the_python_one(
-    rule: str, function: str
+def test_the_sql_copy_of_each_rule_is_the_python_one_and_written_once(
+    rule: str, opening: int
 ) -> None:
-    assert _normalized(rule) in _normalized(_installed(function)), (
-        f"{function} no longer applies the rule of jobs.lease; change both together "
-        "(a new migration with CREATE OR REPLACE FUNCTION)"
+    assert _copies(rule, opening) == [_normalized(rule)], (
+        "jobs/sql/ should apply the rule of jobs.guard in one place, as written there; change "
+        "both together (and jobs/sql/ with a migration, jobs/sql/README.md)"
     )
 
 
