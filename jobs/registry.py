@@ -157,6 +157,13 @@ class JobSpec:
         return self.lock_key is None and self.is_own_job(job_name)
 
     @property
+    def origin(self) -> str:
+        """What declared it, as the admin's chooser and ``jobs tasks`` say it."""
+        if self.django:
+            return "Django task"
+        return "Celery task" if self.plain else "job function"
+
+    @property
     def takes_ctx(self) -> bool:
         if self.django:
             return False

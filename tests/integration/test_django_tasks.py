@@ -249,7 +249,7 @@ def test_a_django_task_is_a_jobs_task_in_the_cli_and_runs_under_the_jobs_lease(
     out = io.StringIO()
     call_command("jobs", "tasks", "--json", stdout=out)
     listed = {task["name"]: task for task in json.loads(out.getvalue())}
-    assert listed[ADD]["summary"] == "Adds two numbers."
+    assert (listed[ADD]["kind"], listed[ADD]["summary"]) == ("django task", "Adds two numbers.")
     call_command("jobs", "add", "sums", "--task", ADD, "--every", "1h", "--args", "[4, 5]",
                  stdout=io.StringIO())  # fmt: skip
     job = Job.objects.get(name="sums")
@@ -262,4 +262,4 @@ def test_a_django_task_is_a_jobs_task_in_the_cli_and_runs_under_the_jobs_lease(
 
 def test_the_admin_offers_django_tasks(admin_client: Client) -> None:
     page = admin_client.get("/admin/jobs/job/add/").content.decode()
-    assert f'value="{ADD}"' in page
+    assert f'value="{ADD}">{ADD} (Django task) — Adds two numbers.<' in page
