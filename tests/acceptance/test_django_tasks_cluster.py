@@ -69,9 +69,10 @@ def test_a_task_on_a_worker_killed_mid_run_is_failed_and_the_others_succeed(
     _ready(cluster, "worker-a", "worker-b")
     _own_job(cluster, tasks.render_issue)
     _own_job(cluster, tasks.count_words)
-    on_queue = {"queue_name": cluster.queue}
 
-    doomed = tasks.render_issue.using(**on_queue).enqueue(7, proofs=str(tmp_path / "never"))
+    doomed = tasks.render_issue.using(queue_name=cluster.queue).enqueue(
+        7, proofs=str(tmp_path / "never")
+    )
 
     def holding() -> JobRun | None:
         return JobRun.objects.filter(
@@ -104,7 +105,7 @@ def test_a_task_on_a_worker_killed_mid_run_is_failed_and_the_others_succeed(
 
     # The survivor takes the rest, each enqueue run once.
     texts = [" ".join(["word"] * n) for n in range(1, 6)]
-    results = [tasks.count_words.using(**on_queue).enqueue(text) for text in texts]
+    results = [tasks.count_words.using(queue_name=cluster.queue).enqueue(text) for text in texts]
 
     def finished() -> bool:
         for result in results:
