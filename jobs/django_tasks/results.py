@@ -21,7 +21,7 @@ from jobs.django_tasks.framework import tasks
 from jobs.exceptions import RunFailed, RunLost, UnknownJobFunction
 from jobs.models import JobRun, RunStatus
 
-_STATUS = {
+_STATUS: dict[str, str] = {
     RunStatus.SCHEDULED: "READY",
     RunStatus.RUNNING: "RUNNING",
     RunStatus.SUCCEEDED: "SUCCESSFUL",
@@ -32,7 +32,7 @@ FAILED = "FAILED"
 
 def status_of(run_status: str) -> Any:
     """The ``TaskResultStatus`` of a run's status."""
-    return tasks.TaskResultStatus[_STATUS.get(RunStatus(run_status), FAILED)]
+    return tasks.TaskResultStatus[_STATUS.get(run_status, FAILED)]
 
 
 def result_of(result_id: str, *, backend: str) -> Any:
@@ -88,8 +88,9 @@ def _result(task: Any, first: JobRun, attempts: list[JobRun], backend: str) -> A
         started_at=started[0].started_at if started else None,
         finished_at=latest.finished_at if status in _FINISHED else None,
         last_attempted_at=started[-1].started_at if started else None,
-        args=first.args or [],
-        kwargs=first.kwargs or {},
+        # A call's own arguments; the job's for its other runs (scheduled, triggered).
+        args=first.job.args if first.args is None else first.args,
+        kwargs=first.job.kwargs if first.kwargs is None else first.kwargs,
         backend=backend,
         errors=[_error(run) for run in attempts if status_of(run.status) == FAILED],
         worker_ids=[run.node for run in started],

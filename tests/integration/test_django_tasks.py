@@ -258,6 +258,8 @@ def test_a_django_task_is_a_jobs_task_in_the_cli_and_runs_under_the_jobs_lease(
     run.refresh_from_db()
     assert (run.status, run.result, run.lease_key) == (RunStatus.SUCCEEDED, 9, "job:sums")
     assert Lease.objects.get(key="job:sums").token == run.fencing_token
+    scheduled = _backend().get_result(f"jobrun-{run.pk}")
+    assert (scheduled.status, scheduled.return_value, scheduled.args) == ("SUCCESSFUL", 9, [4, 5])
 
 
 def test_the_admin_offers_django_tasks(admin_client: Client) -> None:
