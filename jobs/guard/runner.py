@@ -23,7 +23,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from jobs import backfill, dependencies, dispatch, logcontext, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
-from jobs.guard import policies, reconnect, run_records, shutdown_notice
+from jobs.guard import lease, policies, reconnect, run_records, shutdown_notice
 from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
@@ -229,7 +229,7 @@ def lock_key_for(job: Job, spec: registry.JobSpec, run_id: int | None = None) ->
     whose runs each take their own lease (``JobSpec.lease_per_run``), that run's key."""
     if spec.lock_key is None:
         if run_id is not None and spec.lease_per_run(job.name):
-            return f"{job.lock_key}:run-{run_id}"
+            return lease.run_key(job.lock_key, run_id)
         return job.lock_key
     return spec.derive_lock_key(job.args, job.kwargs)
 

@@ -265,3 +265,29 @@ def test_a_django_task_is_a_jobs_task_in_the_cli_and_runs_under_the_jobs_lease(
 def test_the_admin_offers_django_tasks(admin_client: Client) -> None:
     page = admin_client.get("/admin/jobs/job/add/").content.decode()
     assert f'value="{ADD}">{ADD} (Django task) — Adds two numbers.<' in page
+
+
+def test_retention_deletes_a_runs_own_lease_with_the_run_and_no_other(
+    sent: list[tuple[str, dict[str, Any]]], tmp_path: Path, make_job: Any
+) -> None:
+    from jobs.upkeep.retention import prune
+
+    ended = _run(django_tasks.add.enqueue(1, 2))
+    execute_run(ended.pk, task_id="t", node="n")
+    job = make_job("sums", task=ADD, kwargs={"a": 1, "b": 1})
+    scheduled = JobRun.objects.create(job=job, scheduled_for=timezone.now())
+    execute_run(scheduled.pk, task_id="s", node="n")
+    log, release = tmp_path / "spans.log", tmp_path / "release"
+    running = _run(django_tasks.span.enqueue(str(log), "slow", release=str(release)))
+    worker = on_a_worker_thread(running.pk)
+    wait_for_token(running.pk)
+    keys = dict(JobRun.objects.values_list("pk", "lease_key"))
+    assert Lease.objects.filter(key__in=keys.values()).count() == 3
+
+    pruned = prune(now=timezone.now() + timedelta(days=1), retention={"succeeded": timedelta(0)})
+    assert pruned.deleted["succeeded"] == 2
+    remaining = set(Lease.objects.filter(key__in=keys.values()).values_list("key", flat=True))
+    # The job's own key keeps its token; the running run's lease is live.
+    assert remaining == {keys[scheduled.pk], keys[running.pk]}
+    release.touch()
+    worker.join()
