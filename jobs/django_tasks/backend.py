@@ -15,7 +15,7 @@ import copy
 import logging
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -107,8 +107,12 @@ def _own_job(spec: registry.JobSpec) -> Any:
     try:
         with transaction.atomic():
             return create_job(definition, actor=Actor.code("django.tasks enqueue"))
-    except IntegrityError:  # a concurrent first enqueue made it
-        return Job.objects.get(name=spec.name)
+    except (IntegrityError, ValidationError):
+        # A concurrent first enqueue made it (its name taken); else the declaration is wrong.
+        made = Job.objects.filter(name=spec.name).first()
+        if made is None:
+            raise
+        return made
 
 
 def _routed(job: Any, task: Any) -> Any:

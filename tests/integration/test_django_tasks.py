@@ -291,3 +291,50 @@ def test_retention_deletes_a_runs_own_lease_with_the_run_and_no_other(
     assert remaining == {keys[scheduled.pk], keys[running.pk]}
     release.touch()
     worker.join()
+
+
+def test_aenqueue_and_aget_result_and_the_enqueued_signal(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    from asgiref.sync import async_to_sync
+    from django.tasks.signals import task_enqueued
+
+    heard: list[str] = []
+
+    def hear(sender: Any, task_result: Any, **_: Any) -> None:
+        heard.append(task_result.id)
+
+    task_enqueued.connect(hear)
+    try:
+        result = async_to_sync(django_tasks.add.aenqueue)(20, 22)
+    finally:
+        task_enqueued.disconnect(hear)
+    assert heard == [result.id]
+    _work(result)
+    done = async_to_sync(django_tasks.add.aget_result)(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+
+
+def test_concurrent_first_enqueues_make_one_job(sent: list[tuple[str, dict[str, Any]]]) -> None:
+    import threading
+
+    from django.db import connection
+
+    start = threading.Barrier(4)
+    ids: list[str] = []
+
+    def enqueue(n: int) -> None:
+        try:
+            start.wait()
+            ids.append(django_tasks.add.enqueue(n, n).id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=enqueue, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(ids) == 4, "every enqueue recorded its run"
+    assert Job.objects.filter(name=ADD).count() == 1
+    assert JobRun.objects.filter(job__name=ADD).count() == 4
