@@ -15,28 +15,32 @@ import pytest
 
 pytest.importorskip("django.tasks")
 
-from django.tasks import TaskResultStatus
+from django.tasks import TaskResultStatus, task_backends
 from django.test import override_settings
 
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
-from jobs.schedule.kinds import Triggered
+from jobs.schedule.kinds import Every, Triggered
 from jobs.services import JobDefinition, create_job
 from jobs.upkeep.recovery import recover_lost_runs
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Cluster, pause_and_wait_for_beats, wait_for
 from tests.support.newsletter import tasks
 
 pytestmark = pytest.mark.acceptance
 
 START_TIMEOUT = 90
 NEWSLETTER = {"JOBS_MODULES": "tests.support.newsletter.tasks"}
+BEAT_ENV = {**NEWSLETTER, "JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
 # The test's own queue is not one settings allow: every queue is, in this process.
 ANY_QUEUE = {"default": {"BACKEND": "jobs.django_tasks.backend.ClusterTaskBackend", "QUEUES": []}}
 
 
 def _ready(cluster: Cluster, *names: str) -> None:
     def ready() -> bool:
-        return all(" ready." in cluster.log_of(name) for name in names)
+        return all(
+            (" ready." if name.startswith("worker") else "beat loaded") in cluster.log_of(name)
+            for name in names
+        )
 
     wait_for(ready, timeout=START_TIMEOUT, what=f"{', '.join(names)} started", poll=0.5)
 
@@ -120,3 +124,41 @@ def test_a_task_on_a_worker_killed_mid_run_is_failed_and_the_others_succeed(
     assert sorted(counted.values_list("status", flat=True)) == [RunStatus.SUCCEEDED] * 5
     assert JobRun.objects.get(pk=_run_id(doomed)).status == RunStatus.LOST
     assert JobRun.objects.count() == 6, "one run per enqueue, none retried (on_lost=abandon)"
+
+
+def test_a_task_as_a_jobs_task_runs_each_slot_once_through_the_beat(cluster: Cluster) -> None:
+    cluster.start_worker("worker-a", env=NEWSLETTER)
+    cluster.start_beat("beat-a", env=BEAT_ENV)
+    cluster.start_beat("beat-b", env=BEAT_ENV)
+    _ready(cluster, "worker-a", "beat-a", "beat-b")
+    name = tasks.count_words.module_path
+    job = create_job(
+        JobDefinition(
+            name="word-count",
+            task=name,
+            schedule=Every(2),
+            kwargs={"text": "one two three"},
+            policies={"queue": cluster.queue},
+        ),
+        actor=Actor.code("tests"),
+    )
+    succeeded = JobRun.objects.filter(job=job, status=RunStatus.SUCCEEDED)
+    wait_for(lambda: succeeded.count() >= 3, timeout=60, what="three slots of word-count ran")
+    pause_and_wait_for_beats(cluster, ["beat-a", "beat-b"], [job.name])
+    pending = (RunStatus.SCHEDULED, RunStatus.RUNNING)
+    wait_for(
+        lambda: not JobRun.objects.filter(job=job, status__in=pending).exists(),
+        timeout=30,
+        what="every run of word-count finished",
+    )
+    runs = list(JobRun.objects.filter(job=job).order_by("scheduled_for"))
+    slots = [run.scheduled_for for run in runs]
+    assert slots == sorted(set(slots)), "one run per slot, two beats firing"
+    assert {(run.status, run.trigger, run.lease_key) for run in runs} == {
+        (RunStatus.SUCCEEDED, "scheduled", "job:word-count")
+    }
+    assert {run.result["words"] for run in runs} == {3}  # type: ignore[index]
+    # Django's API reads a scheduled run as it reads an enqueued one.
+    result = task_backends["default"].get_result(f"jobrun-{runs[0].pk}")
+    assert (result.status, result.return_value["words"]) == (TaskResultStatus.SUCCESSFUL, 3)
+    assert "Task word-count[jobrun-" in cluster.log_of("worker-a")
