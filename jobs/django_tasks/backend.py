@@ -73,7 +73,7 @@ class ClusterTaskBackend(BaseTaskBackend):
         )
         routed = _routed(job, task)
         transaction.on_commit(lambda: calls.publish_call(routed, run), robust=True)
-        result = results.result_of_run(run.pk, backend=self.alias)
+        result = results.enqueued(task, run, backend=self.alias)
         tasks.signals.task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -59,6 +59,25 @@ def result_of_run(run_id: int, *, backend: str) -> Any:
     return _result(spec.func, first, _attempts(first), backend)
 
 
+def enqueued(task: Any, run: JobRun, *, backend: str) -> Any:
+    """The ``TaskResult`` of ``task`` just enqueued as ``run`` (``READY``, no attempt yet),
+    made from the run in hand: no read back."""
+    return tasks.TaskResult(
+        task=task,
+        id=dispatch.task_id_for(run.pk),
+        status=tasks.TaskResultStatus.READY,
+        enqueued_at=run.created_at,
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=run.args,
+        kwargs=run.kwargs,
+        backend=backend,
+        errors=[],
+        worker_ids=[],
+    )
+
+
 def _first_attempt(run_id: int) -> JobRun | None:
     run = JobRun.objects.select_related("job").filter(pk=run_id).first()
     while run is not None and run.retry_of_id is not None:

@@ -83,6 +83,8 @@ def test_enqueue_records_a_call_run_of_the_tasks_own_job_and_publishes_it(
     assert (job.task, job.kind, job.queue) == (ADD, JobKind.TRIGGERED, "default")
     assert (run.job_id, run.trigger, run.status) == (job.pk, Trigger.CALL, RunStatus.SCHEDULED)
     assert (run.args, run.kwargs) == ([2, 3], {})
+    assert (result.args, result.kwargs, result.enqueued_at) == ([2, 3], {}, run.created_at)
+    assert result.task is django_tasks.add and result.errors == result.worker_ids == []
     assert [(name, options["task_id"], options["shadow"]) for name, options in sent] == [
         (registry.RUN_TASK, result.id, ADD)
     ], "one message, to the runner under the task's name, with the run's task id"
