@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from jobs import registry
 from jobs.django_tasks.framework import AVAILABLE, BaseTaskBackend, tasks
+from jobs.exceptions import NoJobForCall
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +64,22 @@ class ClusterTaskBackend(BaseTaskBackend):
 
         self.validate_task(task)
         spec = registry.get(task.module_path)
-        job = _own_job(spec)
-        run = calls.call(
-            calls.Caller(spec.name, job=job.name),
-            list(args),
-            dict(kwargs),
-            start_at=task.run_after or timezone.now(),
-            publish=False,
-        )
-        routed = _routed(job, task)
+
+        def record() -> Any:
+            return calls.call(
+                calls.Caller(spec.name, job=spec.name),
+                list(args),
+                dict(kwargs),
+                start_at=task.run_after or timezone.now(),
+                publish=False,
+            )
+
+        try:
+            run = record()
+        except NoJobForCall:  # the first enqueue (or the job runs another task: raised again)
+            _make_own_job(spec)
+            run = record()
+        routed = _routed(run.job, task)
         transaction.on_commit(lambda: calls.publish_call(routed, run), robust=True)
         result = results.enqueued(task, run, backend=self.alias)
         tasks.signals.task_enqueued.send(type(self), task_result=result)
@@ -85,7 +93,7 @@ class ClusterTaskBackend(BaseTaskBackend):
         return results.result_of(result_id, backend=self.alias)
 
 
-def _own_job(spec: registry.JobSpec) -> Any:
+def _make_own_job(spec: registry.JobSpec) -> Any:
     """The job named after the task, which its enqueued runs belong to; made on its first
     enqueue (triggered only: no slots of its own) with the routing the task declares (not a
     ``.using()`` variant's), then the operators' to edit like any job."""
@@ -94,9 +102,6 @@ def _own_job(spec: registry.JobSpec) -> Any:
     from jobs.schedule.kinds import Triggered
     from jobs.services import JobDefinition, create_job
 
-    found = Job.objects.filter(name=spec.name).first()
-    if found is not None:
-        return found
     task: Any = spec.func  # the task as declared
     policies = {"queue": task.queue_name, **spec.policies}
     if task.priority != tasks.base.DEFAULT_TASK_PRIORITY:
