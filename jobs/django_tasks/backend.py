@@ -12,7 +12,6 @@ See docs/tasks.md.
 from __future__ import annotations
 
 import copy
-import logging
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -22,8 +21,6 @@ from django.utils import timezone
 from jobs import registry
 from jobs.django_tasks.framework import AVAILABLE, BaseTaskBackend, tasks
 from jobs.exceptions import NoJobForCall
-
-log = logging.getLogger(__name__)
 
 # Django's priorities run from -100 to 100 (higher first), a job's from 0 to 9 (9 first).
 _DJANGO_PRIORITIES = (-100, 100)
@@ -79,7 +76,7 @@ class ClusterTaskBackend(BaseTaskBackend):
         except NoJobForCall:  # the first enqueue (or the job runs another task: raised again)
             _make_own_job(spec)
             run = record()
-        routed = _routed(run.job, task)
+        routed = _routed(run.job, task, declared=spec.func)
         transaction.on_commit(lambda: calls.publish_call(routed, run), robust=True)
         result = results.enqueued(task, run, backend=self.alias)
         tasks.signals.task_enqueued.send(type(self), task_result=result)
@@ -120,13 +117,15 @@ def _make_own_job(spec: registry.JobSpec) -> Any:
         return made
 
 
-def _routed(job: Any, task: Any) -> Any:
-    """The job as this run's message is routed: the task's queue, and its priority when it has
-    one (``task.using(queue_name=..., priority=...)`` may differ from the job's). A re-publish by
-    maintenance (a lost message) routes by the job's own (docs/tasks.md)."""
+def _routed(job: Any, task: Any, declared: Any) -> Any:
+    """The job as this run's message is routed: the job's queue and priority (the declared
+    task's, or what an operator set since), except where ``task`` is a ``.using()`` variant that
+    changed them. A re-publish by maintenance (a lost message) routes by the job's own
+    (docs/tasks.md)."""
     routed = copy.copy(job)
-    routed.queue = task.queue_name
-    if task.priority != tasks.base.DEFAULT_TASK_PRIORITY:
+    if task.queue_name != declared.queue_name:
+        routed.queue = task.queue_name
+    if task.priority != declared.priority:
         routed.priority = job_priority(task.priority)
     return routed
 

@@ -174,6 +174,10 @@ def test_priority_and_queue_name_route_the_message(
     assert routed["queue"] == "reports"
     assert routed["priority"] == _wire(0)
     assert Job.objects.get(name=ADD).queue == "default", "the job keeps its own routing"
+    # An operator moved the task's own job: the declared task's runs follow it.
+    Job.objects.filter(name=ADD).update(queue="ops", priority=2)
+    django_tasks.add.enqueue(1, 2)
+    assert (sent[-1][1]["queue"], sent[-1][1]["priority"]) == ("ops", _wire(2))
 
 
 def _wire(priority: int) -> int:
