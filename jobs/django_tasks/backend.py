@@ -30,7 +30,7 @@ _JOB_PRIORITIES = (0, 9)
 class ClusterTaskBackend(BaseTaskBackend):
     """A ``TASKS`` backend whose tasks run as guarded runs on the cluster's Celery workers."""
 
-    # run_after: the run's slot, its message held by the broker until then (as a countdown).
+    # run_after: the run's slot, on its message as Celery's eta (the worker waits until then).
     supports_defer = True
     # Coroutine functions run to their end on the worker (Task.call).
     supports_async_task = True
