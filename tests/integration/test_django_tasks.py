@@ -344,3 +344,20 @@ def test_concurrent_first_enqueues_make_one_job(sent: list[tuple[str, dict[str, 
     assert len(ids) == 4, "every enqueue recorded its run"
     assert Job.objects.filter(name=ADD).count() == 1
     assert JobRun.objects.filter(job__name=ADD).count() == 4
+
+
+def test_under_task_always_eager_enqueue_runs_here_under_its_lease(
+    sent: list[tuple[str, dict[str, Any]]], request: pytest.FixtureRequest
+) -> None:
+    conf = current_app.conf
+    assert not conf.task_always_eager
+    conf.update(task_always_eager=True)
+    request.addfinalizer(lambda: conf.update(task_always_eager=False))
+    result = django_tasks.add.enqueue(3, 4)
+    assert (result.status, result.return_value, result.worker_ids) == ("SUCCESSFUL", 7, ["eager"])
+    failed = django_tasks.boom.enqueue("eagerly")
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class is ValueError
+    assert sent == [], "nothing published"
+    run = _run(result)
+    assert run.lease_key == f"job:{ADD}:run-{run.pk}" and run.fencing_token is not None
