@@ -162,7 +162,7 @@ def call(
         # After commit, so the worker finds the run; a broker outage leaves it scheduled for
         # maintenance to re-publish (a call is recorded whatever the broker does).
         if publish:
-            transaction.on_commit(lambda: _publish(job, run), robust=True)
+            transaction.on_commit(lambda: publish_call(job, run), robust=True)
     return run
 
 
@@ -248,7 +248,9 @@ def _key_of(spec: registry.JobSpec, job: Job, args: Any, kwargs: Any) -> str | N
         return None
 
 
-def _publish(job: Job, run: JobRun) -> None:
+def publish_call(job: Job, run: JobRun) -> None:
+    """Publish a call's run (held until its time when that is later); a failed publish leaves
+    it scheduled for maintenance to re-publish."""
     eta = run.scheduled_for if run.scheduled_for > timezone.now() else None
     try:
         dispatch.publish(job, run.pk, run.scheduled_for, eta=eta)

@@ -292,8 +292,12 @@ def node_record(node: Node) -> dict[str, object]:
 
 def task_record(spec: JobSpec) -> dict[str, object]:
     schedule = describe(spec.schedule) if spec.declares_job else None
-    kind = "celery task" if spec.plain else "job function"
-    return {"name": spec.name, "kind": kind, "summary": spec.summary, "schedule": schedule}
+    return {
+        "name": spec.name,
+        "kind": spec.origin.lower(),
+        "summary": spec.summary,
+        "schedule": schedule,
+    }
 
 
 def to_json(data: object, indent: int | None = 2) -> str:

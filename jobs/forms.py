@@ -356,7 +356,7 @@ def _task_choices(current: str) -> list[tuple[str, str]]:
 
 
 def _task_label(spec: registry.JobSpec) -> str:
-    name = f"{spec.name} (Celery task)" if spec.plain else spec.name
+    name = spec.name if spec.origin == "job function" else f"{spec.name} ({spec.origin})"
     return f"{name} — {spec.summary}" if spec.summary else name
 
 

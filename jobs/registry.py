@@ -9,6 +9,9 @@ lease, fenced finish), with Celery's ``shadow`` naming the job in logs and Flowe
 
 A plain task gets no ``ctx``; one that declares a keyword-only parameter named ``ctx``
 (``def sync(city, *, ctx=None)``) is given it, to watch ``ctx.stopping`` or use ``ctx.fenced()``.
+
+A Django ``@task`` (Django 6's Tasks framework) whose backend is ours registers itself under its
+module path when it is defined (``jobs.django_tasks``); its runs go to ``RUN_TASK`` too.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -91,6 +94,9 @@ class JobSpec:
     # A plain Celery task (``func`` is the task): called with the job's arguments only, plus
     # ``ctx=`` when it declares that keyword-only parameter.
     plain: bool = False
+    # A Django ``@task`` of our backend (``func`` is Django's ``Task``): called with the job's
+    # arguments, after Django's ``context`` when it ``takes_context`` (jobs.django_tasks).
+    django: bool = False
 
     def derive_lock_key(self, args: list[Any], kwargs: dict[str, Any]) -> str:
         """The lock key ``lock_key`` derives from a job's arguments; ``BadLockKey`` when it
@@ -117,28 +123,64 @@ class JobSpec:
         """The arguments by parameter name, however they were passed (defaults included), so
         ``"sync:{city}"`` names ``sync.delay("Paris")`` and ``sync.delay(city="Paris")`` alike
         (a job function's ``ctx`` left out)."""
-        ctx = [] if self.plain else [None]
+        leading = [None] * self._leading
         try:
-            bound = inspect.signature(_callable_of(self.func)).bind_partial(*ctx, *args, **kwargs)
+            bound = inspect.signature(self.function).bind_partial(*leading, *args, **kwargs)
         except TypeError:
             return kwargs
         bound.apply_defaults()
         named = dict(bound.arguments)
-        if not self.plain:
-            named.pop(next(iter(named)), None)  # ctx
+        if leading:
+            named.pop(next(iter(named)), None)  # ctx, or Django's context
         return {**named, **kwargs}
 
     @property
+    def _leading(self) -> int:
+        """How many leading parameters the runner fills: a job function's ``ctx``, a Django
+        task's ``context`` when it takes it."""
+        if self.django:
+            task: Any = self.func
+            return 1 if task.takes_context else 0
+        return 0 if self.plain else 1
+
+    def is_own_job(self, job_name: str) -> bool:
+        """Whether the job ``job_name`` is this Django task's own, the one its ``enqueue()``
+        records runs of (named after the task, ``jobs.django_tasks``): each run carries the
+        arguments it was enqueued with."""
+        return self.django and job_name == self.name
+
+    def lease_per_run(self, job_name: str) -> bool:
+        """Whether each run of the job ``job_name`` takes a lease of its own rather than the
+        job's: the runs of a Django task's own job when the task declares no lock key, which
+        run side by side as Django's tasks do, each still fenced and found lost when its
+        worker dies."""
+        return self.lock_key is None and self.is_own_job(job_name)
+
+    @property
+    def origin(self) -> str:
+        """What declared it, as the admin's chooser and ``jobs tasks`` say it."""
+        if self.django:
+            return "Django task"
+        return "Celery task" if self.plain else "job function"
+
+    @property
     def takes_ctx(self) -> bool:
+        if self.django:
+            return False
         return not self.plain or _asks_for_ctx(self.func)
 
     @property
     def message_task(self) -> str:
         """The Celery task a run's message is sent to."""
-        return RUN_TASK if self.plain else self.name
+        return RUN_TASK if self.plain or self.django else self.name
 
     def call(self, ctx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the function for one run (or one step of a continuous job)."""
+        if self.django:
+            # Imported here: it builds Django's TaskResult from the run's record (the ORM).
+            from jobs.django_tasks.execution import call_task
+
+            return call_task(self.func, ctx, args, kwargs)
         if not self.plain:
             return self.func(ctx, *args, **kwargs)
         assert isinstance(self.func, Task)  # a plain task's function is its Celery task
@@ -147,6 +189,9 @@ class JobSpec:
 
     def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Raise ``TypeError`` saying why ``args``/``kwargs`` do not fit the function."""
+        if self.django:
+            inspect.signature(self.function).bind(*[None] * self._leading, *args, **kwargs)
+            return
         if not self.plain:
             inspect.signature(self.func).bind(None, *args, **kwargs)
             return
@@ -163,7 +208,14 @@ class JobSpec:
     @property
     def summary(self) -> str:
         """The docstring's first sentence, which often wraps onto its second line."""
-        return first_sentence(inspect.getdoc(_callable_of(self.func)) or "")
+        return first_sentence(inspect.getdoc(self.function) or "")
+
+    @property
+    def function(self) -> JobFunction:
+        """The Python function a run ends up calling (a Celery task's ``run``, a Django task's
+        ``func``)."""
+        task: Any = self.func
+        return task.func if self.django else _callable_of(task)
 
 
 # A summary is one line of `jobs tasks` and one option of the admin's chooser.
@@ -186,6 +238,8 @@ def first_sentence(text: str, limit: int = SUMMARY_LIMIT) -> str:
 _REGISTRY: dict[str, JobSpec] = {}
 # The names of the functions declared with a lock_key (kept as they register: every claim asks).
 _KEYED: set[str] = set()
+# Django ``@task`` functions of our backend, by module path (jobs.django_tasks).
+_DJANGO_TASKS: dict[str, JobSpec] = {}
 
 
 def job(
@@ -272,8 +326,8 @@ def job(
 
 
 def get(name: str) -> JobSpec:
-    """The ``@job`` function or plain Celery task ``name``."""
-    spec = _REGISTRY.get(name)
+    """The ``@job`` function, Django task or plain Celery task ``name``."""
+    spec = _REGISTRY.get(name) or _django_task(name)
     if spec is not None:
         return spec
     task = _plain_task(name)
@@ -299,8 +353,10 @@ def specs() -> list[JobSpec]:
 
 
 def task_names() -> list[str]:
-    """Everything a job may run: the ``@job`` functions and the plain project tasks."""
-    return sorted({*_REGISTRY, *_plain_tasks()})
+    """Everything a job may run: the ``@job`` functions, the Django tasks of our backend and the
+    plain project tasks."""
+    plain = _plain_tasks()  # imports the task modules, where Django tasks are defined too
+    return sorted({*_REGISTRY, *_DJANGO_TASKS, *plain})
 
 
 def all_specs() -> list[JobSpec]:
@@ -319,10 +375,36 @@ def add_keyed_task(name: str) -> None:
     _KEYED.add(name)
 
 
+def add_django_task(task: Any) -> None:
+    """A Django ``@task`` whose backend is ours was defined (``jobs.django_tasks``): a job may
+    run it, by its module path. Its ``.using()`` variants are the same task."""
+    name = task.module_path
+    if name not in _DJANGO_TASKS:
+        _DJANGO_TASKS[name] = JobSpec(name=name, func=task, django=True)
+        # Its lease is taken by the runner, not the claim: per run, or per its lock key.
+        _KEYED.add(name)
+
+
+def is_django_task(name: str) -> bool:
+    """Whether ``name`` is a Django task of our backend, among those defined so far."""
+    return name in _DJANGO_TASKS
+
+
+def declare_django_task(
+    name: str, *, lock_key: str | Callable[..., str] | None, policies: dict[str, Any]
+) -> None:
+    """What ``jobs.django_tasks.guarded`` declares of the Django task ``name``."""
+    unknown = set(policies) - set(POLICY_FIELDS)
+    if unknown:
+        raise TypeError(f"guarded({name!r}): unknown option(s) {sorted(unknown)}")
+    _DJANGO_TASKS[name] = replace(_DJANGO_TASKS[name], lock_key=lock_key, policies=policies)
+
+
 def is_registered(name: str) -> bool:
-    """Whether a job may run ``name``: a ``@job`` function or a plain project task. The one
-    rule of what is schedulable (validation, and the beat before it sends a run)."""
-    return name in _REGISTRY or _plain_task(name) is not None
+    """Whether a job may run ``name``: a ``@job`` function, a Django task of our backend or a
+    plain project task. The one rule of what is schedulable (validation, and the beat before it
+    sends a run)."""
+    return name in _REGISTRY or _django_task(name) is not None or _plain_task(name) is not None
 
 
 def carries_runs(celery_task: str) -> bool:
@@ -337,9 +419,16 @@ BACKEND_CLEANUP = "celery.backend_cleanup"
 
 def _is_plain(name: str) -> bool:
     # Celery's own tasks (chords, maps) are its machinery, not the project's work.
-    if name in _REGISTRY or name == RUN_TASK:
+    if name in _REGISTRY or name in _DJANGO_TASKS or name == RUN_TASK:
         return False
     return name == BACKEND_CLEANUP or not name.startswith("celery.")
+
+
+def _django_task(name: str) -> JobSpec | None:
+    spec = _DJANGO_TASKS.get(name)
+    if spec is None and name not in _REGISTRY and _import_task_modules():
+        spec = _DJANGO_TASKS.get(name)
+    return spec
 
 
 def _plain_task(name: str) -> Task | None:

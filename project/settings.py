@@ -163,6 +163,10 @@ FORMAT_MODULE_PATH = ["project.formats"]
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
+# Django's Tasks framework (Django 6.0's django.tasks): @task functions run as guarded runs on the
+# Celery workers (docs/tasks.md). Django 5.2 has no django.tasks and never reads this setting.
+TASKS = {"default": {"BACKEND": "jobs.django_tasks.backend.ClusterTaskBackend"}}
+
 # --- Celery (namespace CELERY_) -------------------------------------------------------------
 CELERY_BROKER_URL = env.required(
     "CELERY_BROKER_URL",

@@ -15,6 +15,7 @@ statements on PostgreSQL and on SQLite.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,6 +65,13 @@ def slot_keys(key: str, slots: int) -> list[str]:
     if slots <= 1:
         return [key]
     return [f"{key}#{slot}" for slot in range(1, slots + 1)]
+
+
+def run_key(key: str, run_id: int) -> str:
+    """The lease key of run ``run_id`` when it takes a lease of its own instead of ``key``
+    (``JobSpec.lease_per_run``): no other run computes it, so once the run ended nobody takes it
+    again, and retention deletes it with the run (``forget``)."""
+    return f"{key}:run-{run_id}"
 
 
 def _safety_margin(ttl: float) -> float:
@@ -153,6 +161,9 @@ FOR SHARE
 
 _HOLDER_PG = "SELECT holder, token FROM jobs_lease WHERE key = %(key)s AND expires_at > now()"
 
+# Retention: the lapsed leases of runs' own keys (run_key), deleted with their runs.
+_FORGET_PG = "DELETE FROM jobs_lease WHERE key = ANY(%(keys)s) AND expires_at <= now()"
+
 # --- SQLite -----------------------------------------------------------------------------------
 # The embedded fallback has one writer at a time, which serves FOR SHARE's purpose.
 # Timestamps are stored as UTC text in one fixed format, so they compare correctly as text.
@@ -202,6 +213,10 @@ _VERIFY_SQLITE = (
 
 _HOLDER_SQLITE = (
     f"SELECT holder, token FROM jobs_lease WHERE key = %(key)s AND expires_at > {_NOW_SQLITE}"
+)
+_FORGET_SQLITE = (
+    "DELETE FROM jobs_lease WHERE key IN (SELECT value FROM json_each(%(keys)s)) "
+    f"AND expires_at <= {_NOW_SQLITE}"
 )
 
 
@@ -332,6 +347,18 @@ def current_holder(key: str, *, using: str = DEFAULT_DB_ALIAS) -> LeaseHolder | 
     """The live holder of ``key`` by the database clock, if any."""
     row = _execute(using, _HOLDER_PG, _HOLDER_SQLITE, {"key": key})
     return None if row is None else LeaseHolder(holder=row[0], token=int(row[1]))
+
+
+def forget(run_keys: list[str], *, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Delete the leases of ``run_keys`` (``run_key``s of ended runs) that have lapsed, by the
+    database clock; how many. Never a live one, and never another kind of key: a deleted
+    key's token would start again at 1."""
+    if not run_keys:
+        return 0
+    postgres = connections[using].vendor == "postgresql"
+    params = {"keys": run_keys if postgres else json.dumps(run_keys)}
+    row = _execute(using, _FORGET_PG, _FORGET_SQLITE, params)
+    return int(row[0]) if row else 0
 
 
 def verify_held(key: str, token: int, *, using: str = DEFAULT_DB_ALIAS) -> None:

@@ -23,7 +23,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from jobs import backfill, dependencies, dispatch, logcontext, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
-from jobs.guard import policies, reconnect, run_records, shutdown_notice
+from jobs.guard import lease, policies, reconnect, run_records, shutdown_notice
 from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
@@ -85,7 +85,7 @@ def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: 
 
     try:
         spec = registry.get(job.task)
-        key = lock_key_for(job, spec)
+        key = lock_key_for(job, spec, run_id=run_id)
     except (UnknownJobFunction, BadLockKey) as exc:  # e.g. a row written around validation
         error = str(exc) if isinstance(exc, UnknownJobFunction) else f"lock key {exc}"
         return _finish(job, claim, claim.lease, Outcome(RunStatus.FAILED, error=error), fields)
@@ -223,10 +223,13 @@ def _token(held: HeldLease | None) -> int | None:
     return None if held is None else held.token
 
 
-def lock_key_for(job: Job, spec: registry.JobSpec) -> str:
+def lock_key_for(job: Job, spec: registry.JobSpec, run_id: int | None = None) -> str:
     """The job's own key, or the one its declaration derives from its arguments (``BadLockKey``
-    when it cannot, or derives one the lease table cannot hold)."""
+    when it cannot, or derives one the lease table cannot hold); for run ``run_id`` of a job
+    whose runs each take their own lease (``JobSpec.lease_per_run``), that run's key."""
     if spec.lock_key is None:
+        if run_id is not None and spec.lease_per_run(job.name):
+            return lease.run_key(job.lock_key, run_id)
         return job.lock_key
     return spec.derive_lock_key(job.args, job.kwargs)
 

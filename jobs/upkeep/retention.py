@@ -31,7 +31,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from jobs.conf import get_ops_conf
-from jobs.models import BeatHeartbeat, DeliveryState, Incident, JobRun, RunStatus
+from jobs.guard import lease
+from jobs.models import BeatHeartbeat, DeliveryState, Incident, Job, JobRun, RunStatus
 from jobs.upkeep import rollups
 
 log = logging.getLogger(__name__)
@@ -145,11 +146,24 @@ def _delete_in_batches(runs: QuerySet[JobRun], batch_size: int) -> int:
             ids = list(runs.order_by("scheduled_for").values_list("id", flat=True)[:batch_size])
             if not ids:
                 return total
+            _forget_run_leases(ids)
             # Through the ORM: runs that retried these keep their row (retry_of is SET_NULL).
             JobRun.objects.filter(id__in=ids).delete()
         total += len(ids)
         if len(ids) < batch_size:
             return total
+
+
+def _forget_run_leases(run_ids: list[int]) -> int:
+    """The leases that runs among ``run_ids`` took of their own (``lease.run_key``: a Django
+    task's enqueued runs), which nobody takes again: deleted with the runs, once lapsed."""
+    runs = JobRun.objects.filter(id__in=run_ids).exclude(lease_key="")
+    own = [
+        key
+        for run_id, key, job_name in runs.values_list("id", "lease_key", "job__name")
+        if key == lease.run_key(Job(name=job_name).lock_key, run_id)
+    ]
+    return lease.forget(own)
 
 
 _last_prune: float | None = None

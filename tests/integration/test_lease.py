@@ -190,6 +190,17 @@ def test_a_minimum_hold_already_served_releases_at_once(using: str) -> None:
     assert lease.acquire("k", "b", 30, using=using) is not None
 
 
+def test_forget_deletes_only_the_lapsed_leases_it_names(using: str) -> None:
+    ended, live, other = (lease.run_key("job:j", run_id) for run_id in (1, 2, 3))
+    for key in (ended, live, other):
+        assert lease.acquire(key, "a", 30, using=using) is not None
+    assert lease.force_release(ended, using=using) and lease.force_release(other, using=using)
+    assert lease.forget([ended, live], using=using) == 1
+    remaining = Lease.objects.using(using).values_list("key", flat=True)
+    assert sorted(remaining) == sorted([live, other]), "the live one and the unnamed one stay"
+    assert lease.forget([], using=using) == 0
+
+
 def test_a_stop_request_reaches_the_holder_at_its_renewal_and_ends_with_it(using: str) -> None:
     held = lease.acquire("k", "a", 30, using=using)
     assert held is not None

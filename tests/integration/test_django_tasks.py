@@ -1,0 +1,362 @@
+"""Django 6's Tasks framework on the cluster (``jobs.django_tasks``): ``enqueue()`` records a
+guarded run of the task's own job and publishes it through Celery; ``get_result()`` answers
+from the run's record; a ``@task`` is a job's task like any registered one. Real PostgreSQL; the
+worker is ``execute_run`` (on threads where two runs overlap), as in test_guarded_calls.py.
+
+Django 5.2 has no ``django.tasks``: skipped there (CI runs this module on Django 6 too)."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django.tasks")
+
+from celery import current_app
+from django.core.management import call_command
+from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from jobs import registry
+from jobs.django_tasks.backend import ClusterTaskBackend
+from jobs.guard.runner import execute_run
+from jobs.models import Job, JobKind, JobRun, Lease, RunStatus, Trigger
+from jobs.upkeep.recovery import recover_lost_runs
+from tests.support import django_tasks
+from tests.support.worker_threads import on_a_worker_thread, wait_for_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _backend() -> Any:
+    return task_backends["default"]
+
+
+ADD = "tests.support.django_tasks.add"
+SPAN = "tests.support.django_tasks.span"
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """The messages published to the broker (task name, options), captured instead of sent."""
+    messages: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        current_app, "send_task", lambda name, **options: messages.append((name, options))
+    )
+    return messages
+
+
+def _run(result: Any) -> JobRun:
+    return JobRun.objects.get(pk=int(result.id.removeprefix("jobrun-")))
+
+
+def _work(result: Any) -> Any:
+    """The worker runs the result's newest attempt; the result read back."""
+    run = _run(result)
+    while (retry := JobRun.objects.filter(retry_of=run).first()) is not None:
+        run = retry
+    execute_run(run.pk, task_id=f"jobrun-{run.pk}", node="worker-1")
+    return _backend().get_result(result.id)
+
+
+def test_the_backend_says_what_it_supports() -> None:
+    assert isinstance(_backend(), ClusterTaskBackend)
+    backend = type(_backend())
+    assert (backend.supports_defer, backend.supports_async_task) == (True, True)
+    assert (backend.supports_get_result, backend.supports_priority) == (True, True)
+
+
+def test_enqueue_records_a_call_run_of_the_tasks_own_job_and_publishes_it(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    result = django_tasks.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    run = _run(result)
+    job = Job.objects.get(name=ADD)
+    assert (job.task, job.kind, job.queue) == (ADD, JobKind.TRIGGERED, "default")
+    assert (run.job_id, run.trigger, run.status) == (job.pk, Trigger.CALL, RunStatus.SCHEDULED)
+    assert (run.args, run.kwargs) == ([2, 3], {})
+    assert (result.args, result.kwargs, result.enqueued_at) == ([2, 3], {}, run.created_at)
+    assert result.task is django_tasks.add and result.errors == result.worker_ids == []
+    assert [(name, options["task_id"], options["shadow"]) for name, options in sent] == [
+        (registry.RUN_TASK, result.id, ADD)
+    ], "one message, to the runner under the task's name, with the run's task id"
+    assert sent[0][1]["queue"] == "default" and "eta" not in sent[0][1]
+    # A second enqueue is a second run of the same job.
+    assert _run(django_tasks.add.enqueue(1, 1)).job_id == job.pk
+    assert Job.objects.filter(task=ADD).count() == 1
+
+
+def test_a_run_that_succeeds_is_successful_with_its_return_value(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    result = django_tasks.add.enqueue(2, b=3)
+    done = _work(result)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 5
+    assert (done.args, done.kwargs, done.worker_ids, done.errors) == (
+        [2],
+        {"b": 3},
+        ["worker-1"],
+        [],
+    )
+    assert done.started_at is not None and done.finished_at >= done.started_at
+    # Through the task, and by refreshing the handle enqueue returned.
+    assert django_tasks.add.get_result(result.id).return_value == 5
+    result.refresh()
+    assert (result.status, result.return_value, result.attempts) == ("SUCCESSFUL", 5, 1)
+    run = _run(result)
+    assert run.fencing_token is not None and run.lease_key == f"job:{ADD}:run-{run.pk}"
+
+
+def test_a_run_that_raises_is_failed_with_the_exception_and_its_traceback(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    done = _work(django_tasks.boom.enqueue("no such city"))
+    assert done.status == TaskResultStatus.FAILED
+    [error] = done.errors
+    assert error.exception_class is ValueError
+    assert "ValueError: no such city" in error.traceback
+    with pytest.raises(ValueError, match="failed"):
+        done.return_value  # noqa: B018  (Django's property raises for a failed task)
+
+
+def test_a_coroutine_task_runs_to_its_end() -> None:
+    assert _work(django_tasks.double.enqueue(21)).return_value == 42
+
+
+def test_a_task_that_takes_context_gets_its_running_result(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    result = django_tasks.introspect.enqueue(note="hi")
+    seen = _work(result).return_value
+    assert seen == {"attempt": 1, "id": result.id, "status": "RUNNING", "note": "hi"}
+
+
+def test_a_retry_makes_the_result_ready_again_then_successful(
+    sent: list[tuple[str, dict[str, Any]]], tmp_path: Path
+) -> None:
+    result = django_tasks.flaky.enqueue(str(tmp_path / "flaky.log"))
+    first = _work(result)
+    assert first.status == TaskResultStatus.READY, "a retry is due: ready to run again"
+    assert [error.exception_class for error in first.errors] == [RuntimeError]
+    done = _work(result)
+    assert (done.status, done.return_value, done.attempts) == ("SUCCESSFUL", 2, 2)
+    assert len(done.errors) == 1, "the first attempt's error is kept"
+    assert JobRun.objects.filter(job__name=django_tasks.flaky.module_path).count() == 2
+
+
+def test_run_after_holds_the_run_until_then(sent: list[tuple[str, dict[str, Any]]]) -> None:
+    later = timezone.now() + timedelta(minutes=5)
+    result = django_tasks.add.using(run_after=later).enqueue(1, 2)
+    assert _run(result).scheduled_for == later
+    assert sent[0][1]["eta"] == later
+    assert _backend().get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_priority_and_queue_name_route_the_message(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    django_tasks.urgent.enqueue()
+    assert Job.objects.get(name=django_tasks.urgent.module_path).priority == 9
+    tasks = {"default": {"BACKEND": "jobs.django_tasks.backend.ClusterTaskBackend",
+                         "QUEUES": ["default", "reports"]}}  # fmt: skip
+    with override_settings(TASKS=tasks):
+        django_tasks.add.using(queue_name="reports", priority=-100).enqueue(1, 2)
+    routed = sent[-1][1]
+    assert routed["queue"] == "reports"
+    assert routed["priority"] == _wire(0)
+    assert Job.objects.get(name=ADD).queue == "default", "the job keeps its own routing"
+    # An operator moved the task's own job: the declared task's runs follow it.
+    Job.objects.filter(name=ADD).update(queue="ops", priority=2)
+    django_tasks.add.enqueue(1, 2)
+    assert (sent[-1][1]["queue"], sent[-1][1]["priority"]) == ("ops", _wire(2))
+
+
+def _wire(priority: int) -> int:
+    from jobs.dispatch import wire_priority
+
+    return wire_priority(priority)
+
+
+def test_runs_without_a_lock_key_run_side_by_side_each_under_its_own_lease(
+    sent: list[tuple[str, dict[str, Any]]], tmp_path: Path
+) -> None:
+    log, release = tmp_path / "spans.log", tmp_path / "release"
+    slow = django_tasks.span.enqueue(str(log), "slow", release=str(release))
+    worker = on_a_worker_thread(_run(slow).pk)
+    wait_for_token(_run(slow).pk)
+    quick = _work(django_tasks.span.enqueue(str(log), "quick"))
+    assert quick.status == TaskResultStatus.SUCCESSFUL, "not held back by the running one"
+    assert _backend().get_result(slow.id).status == TaskResultStatus.RUNNING
+    release.touch()
+    worker.join()
+    assert _backend().get_result(slow.id).status == TaskResultStatus.SUCCESSFUL
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["quick", "slow"]
+    keys = set(JobRun.objects.filter(job__name=SPAN).values_list("lease_key", flat=True))
+    assert len(keys) == 2
+
+
+def test_a_lock_key_keeps_one_run_per_key_and_the_others_fail_as_skipped(
+    sent: list[tuple[str, dict[str, Any]]], tmp_path: Path
+) -> None:
+    log, release = tmp_path / "cities.log", tmp_path / "release"
+    paris = django_tasks.sync_city.enqueue(str(log), "Paris", release=str(release))
+    worker = on_a_worker_thread(_run(paris).pk)
+    wait_for_token(_run(paris).pk)
+    lyon = _work(django_tasks.sync_city.enqueue(str(log), city="Lyon"))
+    paris_again = _work(django_tasks.sync_city.enqueue(log=str(log), city="Paris"))
+    release.touch()
+    worker.join()
+    assert lyon.status == TaskResultStatus.SUCCESSFUL
+    assert paris_again.status == TaskResultStatus.FAILED
+    assert "lease city:Paris held by" in paris_again.errors[0].traceback
+    assert _backend().get_result(paris.id).return_value == "Paris"
+    assert _run(paris).lease_key == "city:Paris"
+
+
+def test_a_run_whose_lease_lapsed_is_lost_and_failed(
+    sent: list[tuple[str, dict[str, Any]]], tmp_path: Path
+) -> None:
+    log, release = tmp_path / "spans.log", tmp_path / "release"
+    result = django_tasks.span.enqueue(str(log), "stalled", release=str(release))
+    run_id = _run(result).pk
+    worker = on_a_worker_thread(run_id)
+    wait_for_token(run_id)
+    # Maintenance, as if the lease's ttl had passed without a renewal (a dead worker).
+    assert recover_lost_runs(now=timezone.now() + timedelta(hours=1)) == [run_id]
+    release.touch()
+    worker.join()
+    lost = _backend().get_result(result.id)
+    assert lost.status == TaskResultStatus.FAILED
+    [error] = lost.errors
+    assert error.exception_class_path == "jobs.exceptions.RunLost"
+    assert "lapsed" in error.traceback
+    assert JobRun.objects.get(pk=run_id).status == RunStatus.LOST, "its late finish was fenced"
+
+
+def test_an_unknown_result_id_does_not_exist(sent: list[tuple[str, dict[str, Any]]]) -> None:
+    for result_id in ("nope", "jobrun-999999999"):
+        with pytest.raises(TaskResultDoesNotExist):
+            _backend().get_result(result_id)
+
+
+def test_a_django_task_is_a_jobs_task_in_the_cli_and_runs_under_the_jobs_lease(
+    sent: list[tuple[str, dict[str, Any]]], tmp_path: Path
+) -> None:
+    assert ADD in registry.task_names()
+    out = io.StringIO()
+    call_command("jobs", "tasks", "--json", stdout=out)
+    listed = {task["name"]: task for task in json.loads(out.getvalue())}
+    assert (listed[ADD]["kind"], listed[ADD]["summary"]) == ("django task", "Adds two numbers.")
+    call_command("jobs", "add", "sums", "--task", ADD, "--every", "1h", "--args", "[4, 5]",
+                 stdout=io.StringIO())  # fmt: skip
+    job = Job.objects.get(name="sums")
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now())
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (run.status, run.result, run.lease_key) == (RunStatus.SUCCEEDED, 9, "job:sums")
+    assert Lease.objects.get(key="job:sums").token == run.fencing_token
+    scheduled = _backend().get_result(f"jobrun-{run.pk}")
+    assert (scheduled.status, scheduled.return_value, scheduled.args) == ("SUCCESSFUL", 9, [4, 5])
+
+
+def test_the_admin_offers_django_tasks(admin_client: Client) -> None:
+    page = admin_client.get("/admin/jobs/job/add/").content.decode()
+    assert f'value="{ADD}">{ADD} (Django task) — Adds two numbers.<' in page
+
+
+def test_retention_deletes_a_runs_own_lease_with_the_run_and_no_other(
+    sent: list[tuple[str, dict[str, Any]]], tmp_path: Path, make_job: Any
+) -> None:
+    from jobs.upkeep.retention import prune
+
+    ended = _run(django_tasks.add.enqueue(1, 2))
+    execute_run(ended.pk, task_id="t", node="n")
+    job = make_job("sums", task=ADD, kwargs={"a": 1, "b": 1})
+    scheduled = JobRun.objects.create(job=job, scheduled_for=timezone.now())
+    execute_run(scheduled.pk, task_id="s", node="n")
+    log, release = tmp_path / "spans.log", tmp_path / "release"
+    running = _run(django_tasks.span.enqueue(str(log), "slow", release=str(release)))
+    worker = on_a_worker_thread(running.pk)
+    wait_for_token(running.pk)
+    keys = dict(JobRun.objects.values_list("pk", "lease_key"))
+    assert Lease.objects.filter(key__in=keys.values()).count() == 3
+
+    pruned = prune(now=timezone.now() + timedelta(days=1), retention={"succeeded": timedelta(0)})
+    assert pruned.deleted["succeeded"] == 2
+    remaining = set(Lease.objects.filter(key__in=keys.values()).values_list("key", flat=True))
+    # The job's own key keeps its token; the running run's lease is live.
+    assert remaining == {keys[scheduled.pk], keys[running.pk]}
+    release.touch()
+    worker.join()
+
+
+def test_aenqueue_and_aget_result_and_the_enqueued_signal(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    from asgiref.sync import async_to_sync
+    from django.tasks.signals import task_enqueued
+
+    heard: list[str] = []
+
+    def hear(sender: Any, task_result: Any, **_: Any) -> None:
+        heard.append(task_result.id)
+
+    task_enqueued.connect(hear)
+    try:
+        result = async_to_sync(django_tasks.add.aenqueue)(20, 22)
+    finally:
+        task_enqueued.disconnect(hear)
+    assert heard == [result.id]
+    _work(result)
+    done = async_to_sync(django_tasks.add.aget_result)(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+
+
+def test_concurrent_first_enqueues_make_one_job(sent: list[tuple[str, dict[str, Any]]]) -> None:
+    import threading
+
+    from django.db import connection
+
+    start = threading.Barrier(4)
+    ids: list[str] = []
+
+    def enqueue(n: int) -> None:
+        try:
+            start.wait()
+            ids.append(django_tasks.add.enqueue(n, n).id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=enqueue, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(ids) == 4, "every enqueue recorded its run"
+    assert Job.objects.filter(name=ADD).count() == 1
+    assert JobRun.objects.filter(job__name=ADD).count() == 4
+
+
+def test_under_task_always_eager_enqueue_runs_here_under_its_lease(
+    sent: list[tuple[str, dict[str, Any]]], request: pytest.FixtureRequest
+) -> None:
+    conf = current_app.conf
+    assert not conf.task_always_eager
+    conf.update(task_always_eager=True)
+    request.addfinalizer(lambda: conf.update(task_always_eager=False))
+    result = django_tasks.add.enqueue(3, 4)
+    assert (result.status, result.return_value, result.worker_ids) == ("SUCCESSFUL", 7, ["eager"])
+    failed = django_tasks.boom.enqueue("eagerly")
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class is ValueError
+    assert sent == [], "nothing published"
+    run = _run(result)
+    assert run.lease_key == f"job:{ADD}:run-{run.pk}" and run.fencing_token is not None
