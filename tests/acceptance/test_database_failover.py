@@ -31,6 +31,7 @@ import psycopg
 import pytest
 from django.utils import timezone
 
+from jobs.guard import token_watch
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.support.replication import (
     ReplicatedPostgres,
@@ -153,10 +154,10 @@ def _start_cluster(cluster: Cluster, pair: ReplicatedPostgres, tmp_path: Path) -
     wait_for(started, timeout=START_TIMEOUT, what="beats loaded and the worker ready", poll=0.5)
 
 
-def _probe(cluster: Cluster, call: str) -> dict[str, Any]:
+def _probe(cluster: Cluster, call: str) -> Any:
     done = cluster.manage("shell", "-c", f"from tests.support import failover_probe as p; p.{call}")
     assert done.returncode == 0, done.stdout + done.stderr
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _report(tmp_path: Path, figures: dict[str, Any]) -> None:
@@ -217,13 +218,15 @@ def test_with_synchronous_replication_every_guarantee_holds_across_a_failover(
     _report(tmp_path, figures)
 
 
-def test_with_asynchronous_replication_a_failover_can_forget_runs_and_reuse_tokens(
+def test_with_asynchronous_replication_a_failover_forgets_runs_and_the_worker_stops(
     cluster: Cluster, asynchronous_pair: ReplicatedPostgres, tmp_path: Path
 ) -> None:
     """The standby receives nothing in the last seconds before the primary crashes (its
     replication connection cut: a lagging standby, a network hiccup): what the primary committed
-    meanwhile is gone once the standby is promoted. Measured here and asserted only where it is
-    certain; the cluster itself runs on after the failover, one record per slot."""
+    meanwhile is gone once the standby is promoted. Measured, and asserted where it is certain:
+    executions the new primary has no record of, lease tokens it hands out again, a holder from
+    before the failover it cannot fence out. The worker, handed a token no higher than one it
+    held (jobs.guard.token_watch), runs nothing more and says so in its log and ``/healthz``."""
     pair = asynchronous_pair
     _start_cluster(cluster, pair, tmp_path)
     start = timezone.now().replace(microsecond=0) + timedelta(seconds=2)
@@ -236,18 +239,20 @@ def test_with_asynchronous_replication_a_failover_can_forget_runs_and_reuse_toke
     _wait_until(failed_over_at)
     pair.fail_over()
     after = _half_second_after(timezone.now())
-    end = after + timedelta(seconds=5)
+    end = after + timedelta(seconds=4)
     _wait_until(end + timedelta(seconds=1))
     probe = _probe(cluster, f"take_over({old['run']}, {old['token']})")
     wait_for(lambda: _settled(pair.url, after, end), 60, "every slot after the failover recorded")
     assert _all_alive(cluster), "a beat or the worker died"
+    problems = _probe(cluster, "configuration_problems()")
 
     figures: dict[str, Any] = {
         "replication": "asynchronous",
         "replication_cut_seconds_before_crash": round((failed_over_at - cut_at).total_seconds(), 1),
         "probe": {"old": old, **probe},
+        "healthz_configuration_problems": [p["cause"] for p in problems],
     }
-    forgotten_total = reused_total = 0
+    forgotten_total = reissued_total = 0
     for name in JOBS:
         runs = _runs(pair.url, name)
         executions = _executions(tmp_path, name)
@@ -258,32 +263,38 @@ def test_with_asynchronous_replication_a_failover_can_forget_runs_and_reuse_toke
             if (e[0], e[1]) not in recorded or recorded[e[0], e[1]][2] != "succeeded"
         ]  # fmt: skip
         slots_run = Counter(slot for _run, slot, _token in executions)
-        tokens_used = Counter(token for _run, _slot, token in executions)
-        doubled = sorted(slot for slot, n in slots_run.items() if n > 1)
-        reused = sorted(token for token, n in tokens_used.items() if n > 1)
-        # The window after the failover is exact again: one record per slot, run once.
+        executed_tokens = [token for _run, _slot, token in executions]
+        # The tokens the new primary handed out that executions had already used.
+        after_runs = [run for run in runs if run[1] > failed_over_at and run[3]]
+        reissued = sorted({run[3] for run in after_runs} & set(executed_tokens))
+        # After the failover: one record per slot, none executed: the worker refused them all.
         window = [run for run in runs if after <= run[1] <= end]
         assert [run[1] for run in window] == _grid(after, end), f"{name}: one record per slot"
-        assert {run[2] for run in window} == {"succeeded"}, name
-        assert all(slots_run[run[1]] == 1 for run in window), f"{name}: ran twice after"
+        assert {run[2] for run in window} == {"failed"}, name
+        assert all(slots_run[run[1]] == 0 for run in window), f"{name}: ran after the failover"
+        assert max(slots_run.values()) == 1, f"{name}: a slot ran twice"
+        assert len(executed_tokens) == len(set(executed_tokens)), f"{name}: a token ran twice"
         forgotten_total += len(forgotten)
-        reused_total += len(reused)
+        reissued_total += len(reissued)
         figures[name] = {
             "executions": len(executions),
-            "executions_forgotten_by_the_new_primary": len(forgotten),
-            "slots_executed_twice": len(doubled),
-            "tokens_used_by_two_executions": reused,
-            "max_token_executed_before_failover": max(
-                (t for _r, slot, t in executions if slot < failed_over_at), default=None
-            ),
-            "first_token_after_failover": min((run[3] for run in window), default=None),
+            "executions_forgotten_by_the_new_primary": [
+                (run, slot.isoformat(), token) for run, slot, token in forgotten
+            ],
+            "tokens_executed_before_failover": sorted(executed_tokens),
+            "tokens_handed_out_again_after_failover": reissued,
+            "runs_refused_after_failover": len(window),
         }
     # What is certain once commits are lost: the executions of the cut seconds are forgotten,
     # the lease tokens handed out in them are handed out again, and a holder from before the
-    # failover is not fenced out by the holder after it (same token).
+    # failover is not fenced out by the holder after it (same token): the database alone can no
+    # longer tell them apart.
     assert forgotten_total > 0, figures
-    assert reused_total > 0, figures
+    assert reissued_total > 0, figures
     assert probe["new_token"] == old["token"], figures
     assert probe["old_fenced_write"] == "accepted", figures
     assert probe["new_still_holds_after_old_finish"] is False, figures
+    # The worker noticed, stopped, and said so.
+    assert "lost acknowledged commits" in cluster.log_of("worker")
+    assert token_watch.CAUSE in figures["healthz_configuration_problems"], figures
     _report(tmp_path, figures)

@@ -76,3 +76,10 @@ def take_over(old_run: int, old_token: int, timeout: float = 30) -> None:
             }
         )
     )
+
+
+def configuration_problems() -> None:
+    """The problems ``/healthz`` reports under ``checks.configuration``."""
+    from jobs.web.health import check_configuration
+
+    print(json.dumps(check_configuration()["problems"], default=str))
