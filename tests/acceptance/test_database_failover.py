@@ -47,6 +47,8 @@ JOBS = ["tick-0", "tick-1"]  # every second each
 PROBE_TTL = 3  # seconds (the least a job takes): the probe's old lease lapses soon after
 
 
+# The tests ask for their pair before the cluster: its processes are stopped first, while the
+# database they reach still answers.
 def _pair(synchronous: bool) -> Iterator[ReplicatedPostgres]:
     try:
         with replicated_postgres(synchronous=synchronous) as pair:
@@ -174,7 +176,7 @@ def _all_alive(cluster: Cluster) -> bool:
 
 
 def test_with_synchronous_replication_every_guarantee_holds_across_a_failover(
-    cluster: Cluster, synchronous_pair: ReplicatedPostgres, tmp_path: Path
+    synchronous_pair: ReplicatedPostgres, cluster: Cluster, tmp_path: Path
 ) -> None:
     pair = synchronous_pair
     _start_cluster(cluster, pair, tmp_path)
@@ -219,7 +221,7 @@ def test_with_synchronous_replication_every_guarantee_holds_across_a_failover(
 
 
 def test_with_asynchronous_replication_a_failover_forgets_runs_and_the_worker_stops(
-    cluster: Cluster, asynchronous_pair: ReplicatedPostgres, tmp_path: Path
+    asynchronous_pair: ReplicatedPostgres, cluster: Cluster, tmp_path: Path
 ) -> None:
     """The standby receives nothing in the last seconds before the primary crashes (its
     replication connection cut: a lagging standby, a network hiccup): what the primary committed
