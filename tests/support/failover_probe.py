@@ -1,6 +1,6 @@
 """Two holders of one job's lease, either side of a database failover (tests/acceptance/
 test_database_failover.py), each run in a ``manage.py shell`` of its own against the database
-the test moves.
+the test moves; and the test's jobs, made the same way.
 
 ``take("old-holder")`` before the failover: a run of job ``probe`` (whose queue no worker
 reads) is triggered and claimed with its lease, as a worker claims one, and left running.
@@ -22,9 +22,34 @@ from jobs.dispatch import trigger_now
 from jobs.exceptions import LeaseLost
 from jobs.guard import lease, run_records
 from jobs.models import Job, JobRun, RunStatus
+from jobs.web.health import check_configuration
 
 JOB = "probe"
 KEY = f"job:{JOB}"
+
+
+def create_jobs(names: list[str], folder: str, queue: str, probe_ttl: int) -> None:
+    """Jobs ``names`` every second on ``queue``, and the probe's job, triggered only, on a
+    queue no worker reads (the probe claims its runs itself); each job's ``tests.record``
+    writes to ``<folder>/<name>.log``."""
+    from jobs.audit import Actor
+    from jobs.schedule.kinds import Every, Triggered
+    from jobs.services import JobDefinition, create_job
+
+    def define(name: str, schedule: Every | Triggered, **policies: object) -> None:
+        definition = JobDefinition(
+            name=name,
+            task="tests.record",
+            schedule=schedule,
+            kwargs={"log": f"{folder}/{name}.log"},
+            policies={"start_deadline": 60, **policies},
+        )
+        create_job(definition, actor=Actor.code("tests"))
+
+    for name in names:
+        define(name, Every(1), queue=queue, lease_ttl=30)
+    define(JOB, Triggered(), queue=f"{queue}-nobody", lease_ttl=probe_ttl)
+    print(json.dumps({"created": [*names, JOB]}))
 
 
 def _claim(holder: str) -> tuple[int, int]:
@@ -63,6 +88,7 @@ def take_over(old_run: int, old_token: int, timeout: float = 30) -> None:
         new_run, key=KEY, token=new_token, status=RunStatus.SUCCEEDED
     )
     old_row = JobRun.objects.filter(pk=old_run).values_list("status", "fencing_token").first()
+
     print(
         json.dumps(
             {
@@ -73,13 +99,8 @@ def take_over(old_run: int, old_token: int, timeout: float = 30) -> None:
                 "old_run_after": list(old_row) if old_row else None,
                 "new_still_holds_after_old_finish": new_still_holds,
                 "new_finish": new_finish.status,
+                # What /healthz reports under checks.configuration.
+                "problems": [p["cause"] for p in check_configuration()["problems"]],
             }
         )
     )
-
-
-def configuration_problems() -> None:
-    """The problems ``/healthz`` reports under ``checks.configuration``."""
-    from jobs.web.health import check_configuration
-
-    print(json.dumps(check_configuration()["problems"], default=str))
