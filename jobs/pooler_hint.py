@@ -113,7 +113,7 @@ def note(error: BaseException, *, database: dict[str, Any] | None = None) -> boo
                 extra={"action": "pooler_misconfigured", "cause": CAUSE},
             )
         if record and database is not None:
-            _record(database, state.reported or "")
+            record_problem(database, CAUSE, f"{HINT} (first seen: {state.reported or ''})")
         return True
     except Exception:  # a hint must never replace the error it explains
         log.debug("could not report a pooler error", exc_info=True)
@@ -146,9 +146,10 @@ _LIBPQ_OPTIONS = frozenset(
 )
 
 
-def _record(database: dict[str, Any], seen: str) -> None:
-    """Upsert the problem's row on a short connection of its own, unprepared and autocommitted
-    (the failing connection may be in a broken transaction)."""
+def record_problem(database: dict[str, Any], cause: str, message: str) -> None:
+    """Upsert the row of problem ``cause`` for ``/healthz`` on a short connection of its own,
+    unprepared and autocommitted (the failing connection may be in a broken transaction).
+    Never raises: a failure is logged."""
     import psycopg
 
     params = {
@@ -176,14 +177,15 @@ def _record(database: dict[str, Any], seen: str) -> None:
             conn.execute(
                 _UPSERT,
                 {
-                    "cause": CAUSE,
-                    "message": f"{HINT} (first seen: {seen})"[:2000],
+                    "cause": cause,
+                    "message": message[:2000],
                     "process": f"{socket.gethostname()}:{os.getpid()}"[:255],
                 },
             )
     except Exception as exc:
         log.warning(
-            "could not record the pooler problem for /healthz: %s",
+            "could not record the %s problem for /healthz: %s",
+            cause,
             exc,
             extra={"action": "pooler_problem_not_recorded"},
         )

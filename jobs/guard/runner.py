@@ -23,7 +23,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from jobs import backfill, dependencies, dispatch, logcontext, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
-from jobs.guard import lease, policies, reconnect, run_records, shutdown_notice
+from jobs.guard import lease, policies, reconnect, run_records, shutdown_notice, token_watch
 from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
@@ -82,6 +82,12 @@ def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: 
         log.info("run skipped: %s", claim.error, extra={**fields, "action": "skipped"})
         _release_next_backfill(claim)
         return Delivery(run_id, claim.status, reason=claim.error)
+    # A database that went back (its token lower than one this process held) runs nothing.
+    if claim.lease is not None:
+        token_watch.observe(claim.lease.key, claim.lease.token)
+    refused = token_watch.halted()
+    if refused is not None:
+        return _finish(job, claim, claim.lease, _refusal(refused), fields)
 
     try:
         spec = registry.get(job.task)
@@ -112,6 +118,9 @@ def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: 
             return Delivery(run_id, RunStatus.SCHEDULED, reason=f"handed back: {taken.reason}")
         held = taken
         logcontext.bind(token=held.token)
+        refused = token_watch.observe(held.key, held.token)
+        if refused is not None:
+            return _finish(job, claim, held, _refusal(refused), fields)
 
     ctx = _context(job, claim, held.token, held.key)
     keeper = LeaseKeeper(held, ctx.stopping, soft_time_limit=job.soft_time_limit)
@@ -232,6 +241,10 @@ def lock_key_for(job: Job, spec: registry.JobSpec, run_id: int | None = None) ->
             return lease.run_key(job.lock_key, run_id)
         return job.lock_key
     return spec.derive_lock_key(job.args, job.kwargs)
+
+
+def _refusal(reason: str) -> Outcome:
+    return Outcome(RunStatus.FAILED, error=f"not run: {token_watch.ADVICE} ({reason})")
 
 
 def _settle(outcome: Outcome, job: Job, keeper: LeaseKeeper) -> Outcome:
