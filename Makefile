@@ -48,7 +48,7 @@ test: $(INSTALLED) chromium rabbitmq-server faketime promtool pgbouncer
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
 
 # The same suite, run the same way (embedded services, side by side), on Django 6.0 and
-# Python 3.12: CI runs `make test-django6 PYTEST_ARGS="tests/unit tests/integration"`.
+# Python 3.12: CI runs it on tests/unit, tests/integration and the Django Tasks cluster scenario.
 test-django6: $(INSTALLED_DJANGO6) chromium rabbitmq-server faketime promtool pgbouncer
 	$(BIN_DJANGO6)/python -m devtools test $(PYTEST_ARGS)
 
