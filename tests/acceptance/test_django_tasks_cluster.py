@@ -1,8 +1,9 @@
 """Django 6's Tasks on real processes (``jobs.django_tasks``): a newsletter app's ``@task``
 functions (tests/support/newsletter, written as Django's docs write them) enqueued from this
-process and run by two ``celery worker`` processes. One worker is killed -9 in the middle of a
-task: its run is recorded lost and ``get_result()`` reports it FAILED, while the other worker
-runs the rest; every outcome is read back through Django's API and the run records.
+process and from the app's view, and run by two ``celery worker`` processes. One worker is
+killed -9 in the middle of a task: its run is recorded lost and ``get_result()`` reports it
+FAILED, while the other worker runs the rest; every outcome is read back through Django's API
+(and the view) and the run records.
 
 Django 5.2 has no ``django.tasks``: skipped there."""
 
@@ -16,7 +17,7 @@ import pytest
 pytest.importorskip("django.tasks")
 
 from django.tasks import TaskResultStatus, task_backends
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
@@ -64,7 +65,7 @@ def _run_id(result: Any) -> int:
     return int(result.id.removeprefix("jobrun-"))
 
 
-@override_settings(TASKS=ANY_QUEUE)
+@override_settings(TASKS=ANY_QUEUE, ROOT_URLCONF="tests.support.newsletter.urls")
 def test_a_task_on_a_worker_killed_mid_run_is_failed_and_the_others_succeed(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -107,9 +108,16 @@ def test_a_task_on_a_worker_killed_mid_run_is_failed_and_the_others_succeed(
     with pytest.raises(ValueError, match="failed"):
         doomed.return_value  # noqa: B018  (Django's property raises for a failed task)
 
-    # The survivor takes the rest, each enqueue run once.
+    # The survivor takes the rest, each enqueue run once: enqueued by the newsletter's view.
     texts = [" ".join(["word"] * n) for n in range(1, 6)]
-    results = [tasks.count_words.using(queue_name=cluster.queue).enqueue(text) for text in texts]
+    client = Client()
+    posted = [
+        client.post("/newsletter/count", {"text": text, "queue": cluster.queue}) for text in texts
+    ]
+    assert [(answer.status_code, answer.json()["status"]) for answer in posted] == [
+        (202, TaskResultStatus.READY)
+    ] * 5
+    results = [tasks.count_words.get_result(answer.json()["id"]) for answer in posted]
 
     def finished() -> bool:
         for result in results:
@@ -119,6 +127,8 @@ def test_a_task_on_a_worker_killed_mid_run_is_failed_and_the_others_succeed(
     wait_for(finished, timeout=60, what="the five count_words runs finished")
     assert [result.status for result in results] == [TaskResultStatus.SUCCESSFUL] * 5
     assert [result.return_value["words"] for result in results] == [1, 2, 3, 4, 5]
+    pages = [client.get(f"/newsletter/counted/{result.id}").json() for result in results]
+    assert pages == [{"status": "SUCCESSFUL", "words": n} for n in range(1, 6)]
     assert {node.split("@")[0] for result in results for node in result.worker_ids} == {survivor}
     counted = JobRun.objects.filter(job__name=tasks.count_words.module_path)
     assert sorted(counted.values_list("status", flat=True)) == [RunStatus.SUCCEEDED] * 5
