@@ -30,7 +30,9 @@ class JobsConfig(AppConfig):
                 raise ImproperlyConfigured(
                     f"JOBS_MODULES names {module!r}, which cannot be imported: {exc}"
                 ) from exc
-        from jobs import checks  # noqa: F401  (registers system checks)
+        # The system checks, and what follows a run's end (jobs.guard.after_finish), register
+        # themselves.
+        from jobs import backfill, checks, dependencies  # noqa: F401
         from jobs.beat.entries import read_time_zones_leniently
 
         read_time_zones_leniently()
@@ -40,10 +42,30 @@ class JobsConfig(AppConfig):
         from jobs.pooler_hint import install
 
         connection_created.connect(install, dispatch_uid="jobs.pooler_hint")
+        _bind_registry_handlers()
         # A worker's node heartbeat and continuous-job supervisor (its main process only).
         from jobs.worker_signals import connect_worker_signals
 
         connect_worker_signals()
+
+
+def _bind_registry_handlers() -> None:
+    """Who does the work the registry hands over (``jobs.registry.Handlers``)."""
+    from jobs import registry
+    from jobs.calls import Caller, apply
+    from jobs.django_tasks.execution import call_task
+    from jobs.guard.delivery import report
+    from jobs.guard.runner import execute_run
+
+    def run_message(run_id: int, *, task_id: str, node: str) -> Any:
+        return report(execute_run(run_id, task_id=task_id, node=node))
+
+    def apply_call(name: str, args: Any, kwargs: Any, options: dict[str, Any]) -> Any:
+        return apply(Caller(name), args, kwargs, options)
+
+    registry.handlers.bind(
+        run_message=run_message, apply_call=apply_call, call_django_task=call_task
+    )
 
 
 def _sync_after_migrate(**_kwargs: Any) -> None:

@@ -21,8 +21,9 @@ from django.db import connection, transaction
 from jobs.beat.entries import schedule_of
 from jobs.dispatch import publish_many
 from jobs.exceptions import NotTriggerable
-from jobs.guard.run_records import NewRun, blackout_of_pg, calendar_status_pg
-from jobs.models import SLOT_TRIGGERS, Job, JobKind, JobRun
+from jobs.guard import after_finish
+from jobs.guard.run_records import Claim, NewRun, blackout_of_pg, calendar_status_pg
+from jobs.models import SLOT_TRIGGERS, Job, JobKind, JobRun, Trigger
 from jobs.schedule import calendars, slots
 
 log = logging.getLogger(__name__)
@@ -197,3 +198,12 @@ def release_and_publish(job_ids: Collection[int] | None = None, producer: Any = 
     runs = [(jobs[run.job_id], run.run_id, run.scheduled_for) for run in released]
     with current_app.producer_or_acquire(producer) as acquired:
         return publish_many(runs, producer=acquired)
+
+
+def _release_after_end(claim: Claim) -> None:
+    # The job's next backfill run released now rather than at the next maintenance pass.
+    if claim.trigger == Trigger.BACKFILL:
+        release_and_publish([claim.job_id])
+
+
+after_finish.register("releasing the next backfill run", _release_after_end)

@@ -41,6 +41,7 @@ from kombu import Producer
 
 from jobs import registry
 from jobs.amqp_frames import BufferedPublishing, MessageFrames
+from jobs.messages import message_headers, message_kwargs, publish, task_id_for
 from jobs.models import Job
 
 log = logging.getLogger(__name__)
@@ -183,15 +184,11 @@ def _composed_body(around: tuple[str, str], kwargs: dict[str, Any]) -> str:
 
 
 def _run_kwargs(run: Publication) -> dict[str, Any]:
-    from jobs.dispatch import message_kwargs
-
     return message_kwargs(run.job, run.run_id, run.scheduled_for)
 
 
 def _template(sample: Publication, producer: Any) -> _Template:
     """Celery's own message for ``sample``'s run, through ``dispatch.publish``."""
-    from jobs.dispatch import publish, task_id_for
-
     keeping = _KeepingProducer(producer)
     publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping, sent_event=False)
     task_id = task_id_for(sample.run_id)
@@ -219,8 +216,6 @@ def _shape(job: Job) -> tuple[Any, ...]:
     # The task a message names, and whether it carries the job's name as Celery's display name
     # (``shadow``, see ``dispatch.publish``): the one header that differs between such jobs. A
     # job's custom headers are part of its template (an adopted job's name among them).
-    from jobs.dispatch import message_headers
-
     message_task = registry.get(job.task).message_task
     headers = message_headers(job)
     return (
@@ -430,8 +425,6 @@ class Burst:
     def _publish_each(
         self, send: Callable[..., None], runs: Sequence[Publication], shapes: list[Any]
     ) -> int:
-        from jobs.dispatch import task_id_for
-
         buffered = 0
         for run, shape in zip(runs, shapes, strict=True):
             try:

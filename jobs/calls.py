@@ -28,7 +28,7 @@ from celery.result import AsyncResult, EagerResult
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import dispatch, jsonvalues, registry
+from jobs import dispatch, jsonvalues, messages, registry
 from jobs.exceptions import BadLockKey, DuplicateCall, NoJobForCall, NotTriggerable
 from jobs.guard.delivery import report
 from jobs.models import LIVE_LEASE, Job, JobKind, JobRun, Lease, RunStatus, Trigger
@@ -124,7 +124,7 @@ def apply(caller: Caller, args: Any, kwargs: Any, options: dict[str, Any]) -> As
         start_at=_start_at(options.get("countdown"), options.get("eta")),
         publish=not eager,
     )
-    task_id = dispatch.task_id_for(run.pk)
+    task_id = messages.task_id_for(run.pk)
     if eager:
         return _run_eagerly(caller, run.pk, task_id)
     return AsyncResult(task_id, app=current_app)

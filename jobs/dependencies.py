@@ -15,7 +15,8 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from jobs.dispatch import publish_many
-from jobs.guard.run_records import NewRun
+from jobs.guard import after_finish
+from jobs.guard.run_records import Claim, NewRun
 from jobs.models import Job, JobKind
 
 log = logging.getLogger(__name__)
@@ -97,3 +98,12 @@ def publish_runs_made_by(run_id: int) -> int:
         return 0
     jobs = Job.objects.in_bulk({run.job_id for run in made})
     return publish_many((jobs[run.job_id], run.run_id, run.scheduled_for) for run in made)
+
+
+def _publish_after_end(claim: Claim) -> None:
+    # Out now rather than when maintenance finds them unsent.
+    if claim.has_downstreams:
+        publish_runs_made_by(claim.run_id)
+
+
+after_finish.register("publishing the downstream runs", _publish_after_end)

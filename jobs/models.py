@@ -264,7 +264,7 @@ class Job(models.Model):
     )
     # 0-9, 9 first, whichever the broker: the range both honour alike (Celery's Redis transport
     # has 10 priority steps, lowest first; RabbitMQ takes 0-255, highest first, up to a queue's
-    # x-max-priority): jobs.dispatch.wire_priority maps it for each.
+    # x-max-priority): jobs.messages.wire_priority maps it for each.
     priority = models.PositiveSmallIntegerField(
         null=True,
         blank=True,

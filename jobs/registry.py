@@ -177,10 +177,7 @@ class JobSpec:
     def call(self, ctx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the function for one run (or one step of a continuous job)."""
         if self.django:
-            # Imported here: it builds Django's TaskResult from the run's record (the ORM).
-            from jobs.django_tasks.execution import call_task
-
-            return call_task(self.func, ctx, args, kwargs)
+            return handlers.get("call_django_task")(self.func, ctx, args, kwargs)
         if not self.plain:
             return self.func(ctx, *args, **kwargs)
         assert isinstance(self.func, Task)  # a plain task's function is its Celery task
@@ -504,6 +501,32 @@ def _asks_for_ctx(func: JobFunction) -> bool:
     return parameter is not None and parameter.kind == inspect.Parameter.KEYWORD_ONLY
 
 
+class Handlers:
+    """What the registry hands work to, bound when the app is ready (``jobs.apps``): a run's
+    message to the guard's runner (``run_message``), an ``@job`` function's ``.delay()`` to
+    guarded calls (``apply_call``), a Django ``@task``'s call to ``jobs.django_tasks``
+    (``call_django_task``). Those need the ORM and read the registry, so the registry imports
+    none of them."""
+
+    def __init__(self) -> None:
+        self._bound: dict[str, Callable[..., Any]] = {}
+
+    def bind(self, **handlers: Callable[..., Any]) -> None:
+        self._bound.update(handlers)
+
+    def get(self, name: str) -> Callable[..., Any]:
+        try:
+            return self._bound[name]
+        except KeyError:
+            raise RuntimeError(
+                f"jobs is not ready: no {name} handler (is 'jobs' in INSTALLED_APPS and Django "
+                "set up?)"
+            ) from None
+
+
+handlers = Handlers()
+
+
 def _qualified(func: JobFunction) -> str:
     return f"{func.__module__}.{func.__qualname__}"
 
@@ -514,9 +537,7 @@ def _add_calls(func: JobFunction, name: str) -> None:
     policies, as for a guarded Celery task (``jobs.calls``)."""
 
     def apply_async(args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        from jobs.calls import Caller, apply  # needs the models, not ready while jobs import
-
-        return apply(Caller(name), args, kwargs, options)
+        return handlers.get("apply_call")(name, args, kwargs, options)
 
     def delay(*args: Any, **kwargs: Any) -> Any:
         return apply_async(args, kwargs)
@@ -527,12 +548,8 @@ def _add_calls(func: JobFunction, name: str) -> None:
 
 def _register_celery_task(name: str) -> None:
     def run_job(self: Any, run_id: int, **_message_meta: Any) -> dict[str, Any]:
-        # Imported here: the runner needs the ORM, which is not ready while job modules import.
-        from jobs.guard.delivery import report
-        from jobs.guard.runner import execute_run
-
         node = self.request.hostname or ""
-        return report(execute_run(run_id, task_id=self.request.id or "", node=node))
+        return handlers.get("run_message")(run_id, task_id=self.request.id or "", node=node)
 
     run_job.__name__ = run_job.__qualname__ = name.replace(".", "_")
     shared_task(name=name, bind=True, base=RunTask)(run_job)

@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import registry
+from jobs import messages, registry
 from jobs.django_tasks.framework import AVAILABLE, BaseTaskBackend, tasks
 from jobs.exceptions import NoJobForCall
 
@@ -37,7 +37,7 @@ class ClusterTaskBackend(BaseTaskBackend):
     supports_async_task = True
     # From any process: the result is the run's record.
     supports_get_result = True
-    # On the message, mapped onto the broker's ten levels (jobs.dispatch.wire_priority).
+    # On the message, mapped onto the broker's ten levels (jobs.messages.wire_priority).
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
@@ -57,7 +57,7 @@ class ClusterTaskBackend(BaseTaskBackend):
         """Record a run of ``task``'s own job with these arguments, and publish it after commit
         to ``task.queue_name``, at ``task.priority``, held until ``task.run_after``."""
         # The models: not ready yet while Django imports the modules that define tasks.
-        from jobs import calls, dispatch
+        from jobs import calls
         from jobs.django_tasks import results
 
         self.validate_task(task)
@@ -84,7 +84,7 @@ class ClusterTaskBackend(BaseTaskBackend):
             # as GuardedTask's calls do (jobs.calls).
             from jobs.guard.runner import execute_run
 
-            execute_run(run.pk, task_id=dispatch.task_id_for(run.pk), node="eager")
+            execute_run(run.pk, task_id=messages.task_id_for(run.pk), node="eager")
             return results.result_of_run(run.pk, backend=self.alias)
         routed = _routed(run.job, task, declared=spec.func)
         transaction.on_commit(lambda: calls.publish_call(routed, run), robust=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs import dispatch, registry
+from jobs import messages, registry
 from jobs.django_tasks.framework import tasks
 from jobs.exceptions import RunFailed, RunLost, UnknownJobFunction
 from jobs.models import JobRun, RunStatus
@@ -38,7 +38,7 @@ def status_of(run_status: str) -> Any:
 def result_of(result_id: str, *, backend: str) -> Any:
     """The ``TaskResult`` with id ``result_id`` (``TaskResultDoesNotExist`` when no run of a
     Django task has it)."""
-    run_id = dispatch.run_id_of(result_id)
+    run_id = messages.run_id_of(result_id)
     if run_id is None:
         raise tasks.exceptions.TaskResultDoesNotExist(result_id)
     return result_of_run(run_id, backend=backend)
@@ -47,7 +47,7 @@ def result_of(result_id: str, *, backend: str) -> Any:
 def result_of_run(run_id: int, *, backend: str) -> Any:
     """The ``TaskResult`` whose attempts include run ``run_id``."""
     first = _first_attempt(run_id)
-    result_id = dispatch.task_id_for(run_id)
+    result_id = messages.task_id_for(run_id)
     if first is None:
         raise tasks.exceptions.TaskResultDoesNotExist(result_id)
     try:
@@ -64,7 +64,7 @@ def enqueued(task: Any, run: JobRun, *, backend: str) -> Any:
     made from the run in hand: no read back."""
     return tasks.TaskResult(
         task=task,
-        id=dispatch.task_id_for(run.pk),
+        id=messages.task_id_for(run.pk),
         status=tasks.TaskResultStatus.READY,
         enqueued_at=run.created_at,
         started_at=None,
@@ -101,7 +101,7 @@ def _result(task: Any, first: JobRun, attempts: list[JobRun], backend: str) -> A
     status = status_of(latest.status)
     result = tasks.TaskResult(
         task=task,
-        id=dispatch.task_id_for(first.pk),
+        id=messages.task_id_for(first.pk),
         status=status,
         enqueued_at=first.created_at,
         started_at=started[0].started_at if started else None,

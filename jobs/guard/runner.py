@@ -20,14 +20,22 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import backfill, dependencies, dispatch, logcontext, registry
+from jobs import dispatch, logcontext, messages, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
-from jobs.guard import lease, policies, reconnect, run_records, shutdown_notice, token_watch
+from jobs.guard import (
+    after_finish,
+    lease,
+    policies,
+    reconnect,
+    run_records,
+    shutdown_notice,
+    token_watch,
+)
 from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
-from jobs.models import Job, Overlap, RunStatus, Trigger
+from jobs.models import Job, Overlap, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +84,11 @@ def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: 
     logcontext.bind(job=job.name, slot=claim.scheduled_for, token=_token(claim.lease))
     if claim.status == RunStatus.MISSED:
         log.warning("run missed its start deadline", extra={**fields, "action": "missed"})
-        _release_next_backfill(claim)
+        after_finish.run_ended(claim)
         return Delivery(run_id, claim.status, reason=claim.error)
     if claim.status == RunStatus.SKIPPED:
         log.info("run skipped: %s", claim.error, extra={**fields, "action": "skipped"})
-        _release_next_backfill(claim)
+        after_finish.run_ended(claim)
         return Delivery(run_id, claim.status, reason=claim.error)
     # A database that went back (its token lower than one this process held) runs nothing.
     if claim.lease is not None:
@@ -196,7 +204,7 @@ def refuse_unknown_task(
     """Celery's ``task_unknown``: a run's message names a task this worker does not have (its
     row was written around validation, or the code is not deployed here). Celery drops such a
     message; the run is recorded failed, never executed, instead of waiting to be missed."""
-    run_id = dispatch.run_id_of(id)
+    run_id = messages.run_id_of(id)
     if run_id is None:
         return
     node = str(getattr(sender, "hostname", "") or "")
@@ -325,36 +333,8 @@ def _finish(
     )
     if finished.retry is not None:
         dispatch.publish_retry(job, finished.retry)
-    if claim.has_downstreams:
-        _publish_downstream_runs(claim)
-    _release_next_backfill(claim)
+    after_finish.run_ended(claim)
     return _delivered(claim.run_id, outcome, finished.status)
-
-
-def _publish_downstream_runs(claim: run_records.Claim) -> None:
-    """The runs this run's end made for the jobs after it (jobs.dependencies): out now rather
-    than when maintenance finds them unsent."""
-    try:
-        dependencies.publish_runs_made_by(claim.run_id)
-    except Exception:
-        log.exception(
-            "publishing the downstream runs failed; maintenance will",
-            extra={"action": "downstream_publish_failed", "job": claim.job.name},
-        )
-
-
-def _release_next_backfill(claim: run_records.Claim) -> None:
-    """A backfill run ended: release (and publish) the job's next one now rather than at the
-    next maintenance pass, which is what does it if this fails."""
-    if claim.trigger != Trigger.BACKFILL:
-        return
-    try:
-        backfill.release_and_publish([claim.job_id])
-    except Exception:
-        log.exception(
-            "releasing the next backfill run failed; maintenance will",
-            extra={"action": "backfill_release_failed", "job": claim.job.name},
-        )
 
 
 def _delivered(run_id: int, outcome: Outcome, recorded: str | None) -> Delivery:

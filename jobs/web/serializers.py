@@ -10,7 +10,7 @@ from typing import Any
 from jobs.backfill import BackfillResult
 from jobs.beat import entries, schedule_errors
 from jobs.conf import get_ops_conf
-from jobs.dispatch import task_id_for
+from jobs.messages import task_id_for
 from jobs.models import AuditEntry, Job, JobKind, JobRun, RunStatus, ScheduleError, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import slots

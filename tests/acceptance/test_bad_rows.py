@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from jobs import dispatch
+from jobs import messages
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
 from jobs.web import tokens
@@ -123,7 +123,7 @@ def test_corrupted_rows_leave_every_beat_up_and_every_other_job_on_time(
     current_app.send_task(
         "os.system",
         kwargs={"run_id": stray.pk},
-        task_id=dispatch.task_id_for(stray.pk),
+        task_id=messages.task_id_for(stray.pk),
         queue=cluster.queue,
     )
 

@@ -50,7 +50,8 @@ def test_between_refreshes_the_machine_clock_advances_it() -> None:
     reads: list[datetime] = []
 
     def database() -> datetime:
-        reads.append(database_now())
+        # The database's clock at this instant: now() would be the test transaction's start.
+        reads.append(database_instant())
         return reads[-1]
 
     clock = DatabaseClock(system_clock(-120.0), read_database=database, refresh_seconds=3600)

@@ -180,7 +180,7 @@ def test_priority_and_queue_name_route_the_message(
 
 
 def _wire(priority: int) -> int:
-    from jobs.dispatch import wire_priority
+    from jobs.messages import wire_priority
 
     return wire_priority(priority)
 

@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import dispatch
+from jobs import dispatch, messages
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
@@ -150,7 +150,7 @@ def test_a_worker_given_a_task_it_does_not_know_records_the_run_failed_unexecute
         hostname = "worker-x@host"
 
     signals.task_unknown.send(
-        sender=Consumer(), message=None, exc=None, name="os.system", id=dispatch.task_id_for(run.pk)
+        sender=Consumer(), message=None, exc=None, name="os.system", id=messages.task_id_for(run.pk)
     )
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.node == "worker-x@host"

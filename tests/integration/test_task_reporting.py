@@ -18,6 +18,7 @@ from django.utils import timezone
 from kombu import Connection
 
 from jobs import dispatch
+from jobs import messages as run_messages
 from jobs.conf import get_ops_conf
 from jobs.exceptions import RunFailed, RunLost
 from jobs.guard import run_records
@@ -33,7 +34,7 @@ def _apply(run: JobRun) -> Any:
     """Run the job's Celery task in process, as a worker's pool would (its result, not raised)."""
     task = current_app.tasks[run.job.task]
     kwargs = {"run_id": run.pk, "job": run.job.name, "slot": run.scheduled_for.isoformat()}
-    return task.apply(kwargs=kwargs, task_id=dispatch.task_id_for(run.pk))
+    return task.apply(kwargs=kwargs, task_id=run_messages.task_id_for(run.pk))
 
 
 def _new_run(job: Job) -> JobRun:
@@ -101,7 +102,7 @@ def test_a_job_named_apart_from_its_function_is_shown_under_its_name(
     renamed = make_job("nightly-report", task="tests.record", queue=queue)
     same = make_job("tests.fail", task="tests.fail", queue=queue)
     sent_events: list[dict[str, Any]] = []
-    publisher = dispatch._event_publisher(current_app.amqp)
+    publisher = run_messages._event_publisher(current_app.amqp)
     celery_publish = publisher.publish
 
     def publish(type: str, fields: dict[str, Any], producer: Any, **options: Any) -> None:
