@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -15,11 +15,25 @@ from jobs.models import ApiToken
 from jobs.web import tokens
 
 
+class _Parser(CommandParser):
+    """A verb's parser: a usage error is one line naming the argument, with exit status 2 (as
+    the ``jobs`` command's), not Django's status 1."""
+
+    def error(self, message: str) -> NoReturn:
+        detail = " ".join(message.removeprefix("argument ").split())
+        line = f"apitoken {self.prog.split()[-1]}: error: {detail}"
+        if self.called_from_command_line:
+            self.exit(2, f"{line}\n")  # to stderr, as Django reports a command's error
+        raise CommandError(line, returncode=2)
+
+
 class Command(BaseCommand):
     help = "Create, list or revoke API tokens (the secret is printed once, at creation)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+        verbs = parser.add_subparsers(
+            dest="verb", metavar="VERB", required=True, parser_class=_Parser
+        )
         create = verbs.add_parser("create", help="Create a token and print its secret once.")
         create.add_argument("name", metavar="NAME", help="Who or what will use it.")
         create.add_argument(
