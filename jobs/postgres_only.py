@@ -1,7 +1,7 @@
 """Migration steps that exist only on PostgreSQL (triggers, PL/pgSQL functions).
 
-The scheduler and the runner need PostgreSQL; the lease contract suite also migrates a SQLite
-database, where the tables exist but nothing calls these.
+The app needs PostgreSQL (``jobs.checks`` refuses another database at start-up); elsewhere these
+steps do nothing, so that a project's own tests on another database still migrate.
 """
 
 from __future__ import annotations

@@ -9,23 +9,21 @@ growing across expiry, force-release and database restarts. The holder also keep
 deadline on the monotonic clock, taken *before* the statement was sent, so it stops acting before
 the database could consider its lease lapsed.
 
-Every function takes ``using`` (a Django database alias): the contract suite runs the same
-statements on PostgreSQL and on SQLite.
+Every function takes ``using`` (a Django database alias). PostgreSQL only, as the whole app
+(``jobs.checks`` refuses another database at start-up).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
-from django.utils.dateparse import parse_datetime
 
 from jobs import pooler_hint
 from jobs.exceptions import LeaseLost
@@ -80,7 +78,7 @@ def _safety_margin(ttl: float) -> float:
 
 
 def held_from_row(
-    key: str, holder: str, ttl: float, token: int, expires_at: datetime | str, sent_at: float
+    key: str, holder: str, ttl: float, token: int, expires_at: datetime, sent_at: float
 ) -> HeldLease:
     """The lease a successful acquisition statement (sent at ``sent_at``, monotonic) returned."""
     return HeldLease(
@@ -88,7 +86,7 @@ def held_from_row(
         holder=holder,
         token=int(token),
         ttl=ttl,
-        expires_at=_as_datetime(expires_at),
+        expires_at=expires_at,
         local_deadline=sent_at + ttl - _safety_margin(ttl),
     )
 
@@ -164,61 +162,6 @@ _HOLDER_PG = "SELECT holder, token FROM jobs_lease WHERE key = %(key)s AND expir
 # Retention: the lapsed leases of runs' own keys (run_key), deleted with their runs.
 _FORGET_PG = "DELETE FROM jobs_lease WHERE key = ANY(%(keys)s) AND expires_at <= now()"
 
-# --- SQLite -----------------------------------------------------------------------------------
-# The embedded fallback has one writer at a time, which serves FOR SHARE's purpose.
-# Timestamps are stored as UTC text in one fixed format, so they compare correctly as text.
-_NOW_SQLITE = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
-_LATER_SQLITE = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %(ttl)s || ' seconds')"
-_HOLD_UNTIL_SQLITE = (
-    "strftime('%%Y-%%m-%%d %%H:%%M:%%f', jobs_lease.acquired_at, '+' || %(min_hold)s || ' seconds')"
-)
-
-_ACQUIRE_SQLITE = f"""
-INSERT INTO jobs_lease (key, holder, token, acquired_at, expires_at)
-VALUES (%(key)s, %(holder)s, 1, {_NOW_SQLITE}, {_LATER_SQLITE})
-ON CONFLICT (key) DO UPDATE
-   SET holder = excluded.holder, token = jobs_lease.token + 1,
-       acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-       stop_requested_by = ''
- WHERE jobs_lease.expires_at <= {_NOW_SQLITE}
-RETURNING token, expires_at
-"""
-
-_RENEW_SQLITE = f"""
-UPDATE jobs_lease SET expires_at = {_LATER_SQLITE}
- WHERE key = %(key)s AND token = %(token)s AND expires_at > {_NOW_SQLITE}
-RETURNING expires_at, stop_requested_by
-"""
-
-_RELEASE_SQLITE = f"""
-UPDATE jobs_lease SET expires_at = max({_NOW_SQLITE}, {_HOLD_UNTIL_SQLITE})
- WHERE key = %(key)s AND token = %(token)s AND expires_at > {_NOW_SQLITE}
-"""
-
-_FORCE_RELEASE_SQLITE = f"""
-UPDATE jobs_lease SET expires_at = {_NOW_SQLITE}
- WHERE key = %(key)s AND expires_at > {_NOW_SQLITE} AND (%(token)s IS NULL OR token = %(token)s)
-"""
-
-_REQUEST_STOP_SQLITE = f"""
-UPDATE jobs_lease SET stop_requested_by = %(requester)s
- WHERE key = %(key)s AND expires_at > {_NOW_SQLITE}
-RETURNING holder, token
-"""
-
-_VERIFY_SQLITE = (
-    f"SELECT 1 FROM jobs_lease WHERE key = %(key)s AND token = %(token)s "
-    f"AND expires_at > {_NOW_SQLITE}"
-)
-
-_HOLDER_SQLITE = (
-    f"SELECT holder, token FROM jobs_lease WHERE key = %(key)s AND expires_at > {_NOW_SQLITE}"
-)
-_FORGET_SQLITE = (
-    "DELETE FROM jobs_lease WHERE key IN (SELECT value FROM json_each(%(keys)s)) "
-    f"AND expires_at <= {_NOW_SQLITE}"
-)
-
 
 @contextmanager
 def statement_cursor(using: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
@@ -234,10 +177,6 @@ def statement_cursor(using: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
     as for its own cursors.
     """
     connection = connections[using]
-    if connection.vendor != "postgresql":
-        with connection.cursor() as django_cursor:
-            yield django_cursor
-        return
     # What connection.cursor() checks, without making the Django cursor this would not use
     # (a guarded run's two statements pay for it on every run).
     connection.close_if_health_check_failed()
@@ -256,25 +195,14 @@ def statement_cursor(using: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
         raise
 
 
-def _execute(
-    using: str, postgres: str, sqlite: str, params: dict[str, Any]
-) -> tuple[Any, ...] | None:
+def _execute(using: str, statement: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Run one statement; its first row (if it returns rows) and nothing else."""
     with statement_cursor(using) as cursor:
-        cursor.execute(postgres if connections[using].vendor == "postgresql" else sqlite, params)
+        cursor.execute(statement, params)
         if cursor.description is None:
             return (cursor.rowcount,)
         row = cursor.fetchone()
     return None if row is None else tuple(row)
-
-
-def _as_datetime(value: datetime | str) -> datetime:
-    """PostgreSQL returns aware datetimes; SQLite the UTC text it stores (or, for a column
-    declared datetime, that text parsed by Django's converter into a naive UTC datetime)."""
-    parsed = value if isinstance(value, datetime) else parse_datetime(value)
-    if parsed is None:
-        raise ValueError(f"unexpected timestamp from the database: {value!r}")
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def acquire(
@@ -282,7 +210,7 @@ def acquire(
 ) -> HeldLease | None:
     """Take the lease on ``key`` if nobody holds a live one; ``None`` otherwise."""
     sent_at = time.monotonic()
-    row = _execute(using, _ACQUIRE_PG, _ACQUIRE_SQLITE, {"key": key, "holder": holder, "ttl": ttl})
+    row = _execute(using, _ACQUIRE_PG, {"key": key, "holder": holder, "ttl": ttl})
     if row is None:
         return None
     return held_from_row(key, holder, ttl, row[0], row[1], sent_at)
@@ -297,14 +225,13 @@ def renew(lease: HeldLease, *, using: str = DEFAULT_DB_ALIAS) -> HeldLease | Non
     row = _execute(
         using,
         _RENEW_PG,
-        _RENEW_SQLITE,
         {"key": lease.key, "token": lease.token, "ttl": lease.ttl},
     )
     if row is None:
         return None
     return replace(
         lease,
-        expires_at=_as_datetime(row[0]),
+        expires_at=row[0],
         local_deadline=sent_at + lease.ttl - _safety_margin(lease.ttl),
         stop_requested_by=row[1] or "",
     )
@@ -318,7 +245,6 @@ def release(lease: HeldLease, *, min_hold: float = 0, using: str = DEFAULT_DB_AL
     row = _execute(
         using,
         _RELEASE_PG,
-        _RELEASE_SQLITE,
         {"key": lease.key, "token": lease.token, "min_hold": min_hold},
     )
     return row == (1,)
@@ -329,7 +255,7 @@ def force_release(key: str, *, token: int | None = None, using: str = DEFAULT_DB
     The holder stays fenced out: the next acquisition gets a higher token and the old holder's
     renewals and fenced writes fail."""
     params: dict[str, Any] = {"key": key, "token": token}
-    return _execute(using, _FORCE_RELEASE_PG, _FORCE_RELEASE_SQLITE, params) == (1,)
+    return _execute(using, _FORCE_RELEASE_PG, params) == (1,)
 
 
 def request_stop(key: str, requester: str, *, using: str = DEFAULT_DB_ALIAS) -> LeaseHolder | None:
@@ -337,15 +263,13 @@ def request_stop(key: str, requester: str, *, using: str = DEFAULT_DB_ALIAS) -> 
 
     Returns the holder asked, or ``None`` when nobody holds a live lease on ``key``.
     """
-    row = _execute(
-        using, _REQUEST_STOP_PG, _REQUEST_STOP_SQLITE, {"key": key, "requester": requester}
-    )
+    row = _execute(using, _REQUEST_STOP_PG, {"key": key, "requester": requester})
     return None if row is None else LeaseHolder(holder=row[0], token=int(row[1]))
 
 
 def current_holder(key: str, *, using: str = DEFAULT_DB_ALIAS) -> LeaseHolder | None:
     """The live holder of ``key`` by the database clock, if any."""
-    row = _execute(using, _HOLDER_PG, _HOLDER_SQLITE, {"key": key})
+    row = _execute(using, _HOLDER_PG, {"key": key})
     return None if row is None else LeaseHolder(holder=row[0], token=int(row[1]))
 
 
@@ -355,14 +279,12 @@ def forget(run_keys: list[str], *, using: str = DEFAULT_DB_ALIAS) -> int:
     key's token would start again at 1."""
     if not run_keys:
         return 0
-    postgres = connections[using].vendor == "postgresql"
-    params = {"keys": run_keys if postgres else json.dumps(run_keys)}
-    row = _execute(using, _FORGET_PG, _FORGET_SQLITE, params)
+    row = _execute(using, _FORGET_PG, {"keys": run_keys})
     return int(row[0]) if row else 0
 
 
 def verify_held(key: str, token: int, *, using: str = DEFAULT_DB_ALIAS) -> None:
     """Inside a transaction: raise ``LeaseLost`` unless ``token`` holds a live lease on ``key``,
     and (PostgreSQL) keep any new acquirer waiting until this transaction ends."""
-    if _execute(using, _VERIFY_PG, _VERIFY_SQLITE, {"key": key, "token": token}) is None:
+    if _execute(using, _VERIFY_PG, {"key": key, "token": token}) is None:
         raise LeaseLost(f"lease {key!r} with token {token} is no longer held")

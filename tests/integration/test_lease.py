@@ -1,22 +1,14 @@
-"""The lease contract, the same tests on PostgreSQL and on SQLite: one holder, expiry by the
-database clock, tokens that keep growing, stale handles that can do nothing.
-
-SQLite runs as a second Django connection (alias ``lease_sqlite``, a file under the test's
-tmp_path, the ``jobs_lease`` table created from the model), installed for the test only; the
-statements under test are those of ``jobs/guard/lease.py``, chosen by the connection's vendor.
-"""
+"""The lease contract on PostgreSQL: one holder, expiry by the database clock, tokens that keep
+growing, stale handles that can do nothing."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.utils import timezone
 
 from jobs.exceptions import LeaseLost
@@ -25,33 +17,12 @@ from jobs.models import Lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SQLITE_ALIAS = "lease_sqlite"
 
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def using(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+@pytest.fixture
+def using() -> str:
     """The database alias the lease functions run against."""
-    if request.param == "postgresql":
-        assert connection.vendor == "postgresql"
-        yield DEFAULT_DB_ALIAS
-        return
-    # configure_settings fills in every key a connection needs (it insists on a default).
-    settings = connections.configure_settings(
-        {
-            DEFAULT_DB_ALIAS: {},
-            SQLITE_ALIAS: {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "l.db")},
-        }
-    )
-    wrapper = SQLiteWrapper(settings[SQLITE_ALIAS], alias=SQLITE_ALIAS)
-    connections[SQLITE_ALIAS] = wrapper
-    try:
-        with wrapper.schema_editor() as editor:
-            editor.create_model(Lease)
-        assert wrapper.vendor == "sqlite"
-        yield SQLITE_ALIAS
-    finally:
-        wrapper.close()
-        del connections[SQLITE_ALIAS]
+    assert connection.vendor == "postgresql"
+    return DEFAULT_DB_ALIAS
 
 
 def _wait_until_acquired(
@@ -217,7 +188,7 @@ def test_a_stop_request_reaches_the_holder_at_its_renewal_and_ends_with_it(using
 
 
 def test_a_fenced_transaction_holds_off_the_next_acquirer_until_it_commits() -> None:
-    # PostgreSQL only: FOR SHARE is its mechanism; SQLite's single writer does the same job.
+    # FOR SHARE is the mechanism.
     using = DEFAULT_DB_ALIAS
     held = lease.acquire("k", "a", 0.5, using=using)
     assert held is not None
