@@ -26,6 +26,8 @@ from datetime import datetime, timedelta
 PENDING = frozenset({"scheduled", "running"})
 TERMINAL = frozenset({"succeeded", "failed", "skipped", "missed", "lost", "cancelled"})
 SLOT_TRIGGERS = frozenset({"scheduled", "backfill"})
+# Runs one per job and slot: a slot's, or the one a job gets per upstream slot.
+PER_SLOT_TRIGGERS = SLOT_TRIGGERS | {"upstream"}
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ def duplicate_executions(
         root = rows.get(roots.get(execution.run, execution.run))
         if root is None:
             slots[(execution.job, execution.slot)].append(execution)
-        elif root.trigger in SLOT_TRIGGERS:
+        elif root.trigger in PER_SLOT_TRIGGERS:
             slots[(execution.job, root.slot)].append(execution)
         else:  # a call or a trigger: its retries are its own, whatever their time
             slots[(execution.job, f"run {root.id}")].append(execution)
@@ -334,6 +336,18 @@ def calm_slots_complete(
                     f"{shape.name} slot {slot.isoformat()}: {what}, not one terminal run",
                     slot.timestamp(),
                 )
+            )
+    return problems
+
+
+def one_tenure(runs: Sequence[RunRow], jobs: Iterable[str]) -> list[Violation]:
+    """Each continuous job in ``jobs`` has exactly one ``running`` tenure at the end."""
+    problems = []
+    for name in jobs:
+        tenures = [r.id for r in runs if r.job == name and r.status == "running"]
+        if len(tenures) != 1:
+            problems.append(
+                Violation("tenure", f"{name}: {len(tenures)} running tenures {tenures}, not one")
             )
     return problems
 

@@ -75,4 +75,4 @@ def guarded(ctx: JobContext, log: str, seconds: float = 0.0) -> str:
 @job("tests.nemesis.caller")
 def caller(ctx: JobContext, log: str, seconds: float = 0.0) -> str:
     """Makes one guarded call of ``tests.nemesis.guarded`` from inside the cluster."""
-    return str(guarded.delay(log=log, seconds=seconds).id)
+    return str(guarded.delay(log=log, seconds=seconds).id)  # type: ignore[attr-defined]

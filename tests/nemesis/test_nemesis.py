@@ -1,0 +1,36 @@
+"""Seeded fault schedules against a real cluster (tests/nemesis/harness.py), then the checker.
+
+In the suite: two fixed seeds of about two minutes each, one after the other (one xdist group:
+each runs four Python processes and keeps a machine's cores busy). ``make nemesis MINUTES=30
+SEED=...`` runs the same test for as long, with that seed (``NEMESIS_MINUTES``,
+``NEMESIS_SEED``); a failure prints the seed that replays it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import Cluster
+from tests.nemesis.harness import CALM, nemesis
+
+pytestmark = [pytest.mark.nemesis, pytest.mark.xdist_group("nemesis")]
+
+SUITE_SEEDS = [20261127, 31]
+SEEDS = [int(os.environ["NEMESIS_SEED"])] if os.environ.get("NEMESIS_SEED") else SUITE_SEEDS
+MINUTES = float(os.environ.get("NEMESIS_MINUTES") or 2)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_seeded_fault_schedule_breaks_no_guarantee(
+    cluster: Cluster, tmp_path: Path, seed: int
+) -> None:
+    faulty = max(MINUTES * 60 - CALM, 30.0)
+    with nemesis(cluster, tmp_path, seed, faulty) as run:
+        run.inject()
+        run.calm()
+        figures = run.check()
+    print(f"\nnemesis {figures.summary()}\nhistory: {tmp_path}")
+    assert not figures.violations, figures.report
