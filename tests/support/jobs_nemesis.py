@@ -37,16 +37,20 @@ def _line(ctx: JobContext, event: str, **fields: object) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _fenced_check(ctx: JobContext) -> str:
-    try:
-        with ctx.fenced():
-            pass
-    except LeaseLost:
-        return "rejected"
-    except DatabaseError:
-        connection.close()  # the next use reconnects
-        return "unreachable"
-    return "committed"
+def _fenced_check(ctx: JobContext, attempts: int = 2) -> str:
+    """A connection cut under the job (the nemesis terminates them) is retried once, on a new
+    one, as a job's own writes would be."""
+    for _ in range(attempts):
+        try:
+            with ctx.fenced():
+                pass
+        except LeaseLost:
+            return "rejected"
+        except DatabaseError:
+            connection.close()  # the next use reconnects
+            continue
+        return "committed"
+    return "unreachable"
 
 
 def _execute(ctx: JobContext, log: str, seconds: float) -> str:
