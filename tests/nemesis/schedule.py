@@ -70,6 +70,8 @@ def _one(rng: random.Random, at: float, kind: str, beats: Sequence[str],
     seconds = round(rng.uniform(low, high), 1)
     if kind in ("kill", "pause"):
         target = rng.choice([*beats, *workers, *(f"{w}/child" for w in workers)])
+        if kind == "kill" and target.endswith("/child"):
+            seconds = 0.0  # the pool starts another child at once
         return Planned(at, kind, target, seconds, pick=rng.randrange(16))
     if kind in ("flush-broker", "restart-broker"):
         return Planned(at, kind, "broker", seconds)

@@ -3,6 +3,7 @@ a clean history of the same shape is not."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -160,3 +161,15 @@ def test_the_history_is_parsed_from_the_jobs_own_lines() -> None:
     assert parsed[0].slot == _slot(0)
     ticks = checker.parse_ticks(["start poller 2 5 1.0", "tick poller 2 5 1.5", "tick poll"])
     assert ticks == [Tick("poller", 2, 5, 1.5)]
+
+
+def test_the_schedule_replays_from_its_seed() -> None:
+    from tests.nemesis.schedule import draw
+
+    first = draw(7, 300, ["beat-1", "beat-2"], ["worker-1", "worker-2"], "worker-2")
+    assert first == draw(7, 300, ["beat-1", "beat-2"], ["worker-1", "worker-2"], "worker-2")
+    assert first != draw(8, 300, ["beat-1", "beat-2"], ["worker-1", "worker-2"], "worker-2")
+    kinds = {planned.kind for planned in first}
+    assert kinds >= {"kill", "pause", "terminate-db", "flush-broker", "hang-db"}
+    assert all(p.seconds == 0 for p in first if p.kind == "kill" and "/child" in p.target)
+    assert any(a.at == b.at for a, b in itertools.pairwise(first))  # several at once
