@@ -56,7 +56,8 @@ SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
 nemesis: $(INSTALLED)
 	@echo "nemesis: $(MINUTES) minutes, seed $(SEED)"
-	NEMESIS_MINUTES=$(MINUTES) NEMESIS_SEED=$(SEED) $(BIN)/python -m devtools test \
+	NEMESIS_MINUTES=$(MINUTES) NEMESIS_SEED=$(SEED) NEMESIS_HISTORY=$(CURDIR)/.dev/nemesis \
+		$(BIN)/python -m devtools test \
 		tests/nemesis/test_nemesis.py -p no:xdist -s -q $(PYTEST_ARGS)
 
 # The same suite, run the same way (embedded services, side by side), on Django 6.0 and

@@ -146,7 +146,7 @@ class Nemesis:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def start(self) -> None:
-        self.redis_folder.mkdir()
+        self.redis_folder.mkdir(exist_ok=True)
         self.redis = start_redis(self.redis_folder, self.redis_port)
         self.cluster.use_broker(self.broker_url)
         self.cluster.env.update(PROCESS_ENV)

@@ -3,12 +3,14 @@
 In the suite: two fixed seeds of about two minutes each, one after the other (one xdist group:
 each runs four Python processes and keeps a machine's cores busy). ``make nemesis MINUTES=30
 SEED=...`` runs the same test for as long, with that seed (``NEMESIS_MINUTES``,
-``NEMESIS_SEED``); a failure prints the seed that replays it.
+``NEMESIS_SEED``), keeping its history under ``NEMESIS_HISTORY`` (``make nemesis``: under
+``.dev/nemesis/``); a failure prints the seed that replays it.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -28,9 +30,12 @@ def test_a_seeded_fault_schedule_breaks_no_guarantee(
     cluster: Cluster, tmp_path: Path, seed: int
 ) -> None:
     faulty = max(MINUTES * 60 - CALM, 30.0)
-    with nemesis(cluster, tmp_path, seed, faulty) as run:
+    when = time.strftime("%Y%m%dT%H%M%S")
+    history = Path(os.environ.get("NEMESIS_HISTORY") or tmp_path) / f"seed-{seed}-{when}"
+    history.mkdir(parents=True)
+    with nemesis(cluster, history, seed, faulty) as run:
         run.inject()
         run.calm()
         figures = run.check()
-    print(f"\nnemesis {figures.summary()}\nhistory: {tmp_path}")
-    assert not figures.violations, figures.report
+    print(f"\nnemesis {figures.summary()}\nhistory: {history}, logs: {cluster.logs}")
+    assert not figures.violations, f"{figures.summary()}\n{figures.report}"
