@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 PENDING = frozenset({"scheduled", "running"})
 TERMINAL = frozenset({"succeeded", "failed", "skipped", "missed", "lost", "cancelled"})
@@ -112,36 +113,40 @@ class Violation:
 
 
 def parse_executions(lines: Iterable[str]) -> list[Execution]:
-    """Executions from ``tests.nemesis.*`` lines, in the order they started. A torn last line
-    (the process killed mid-write) is ignored."""
-    starts: dict[tuple[int, int], dict[str, object]] = {}
-    ends: dict[tuple[int, int], dict[str, object]] = {}
+    """Executions from ``tests.nemesis.*`` lines, in the order they started. An ``end`` closes
+    the latest open ``start`` of its run in its process; a torn last line (the process killed
+    mid-write) is ignored."""
+    records: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    open_starts: dict[tuple[int, int], list[int]] = defaultdict(list)
     for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue
         identity = (int(record["run"]), int(record["pid"]))
-        (starts if record["e"] == "start" else ends)[identity] = record
-    executions = []
-    for identity, start in starts.items():
-        end = ends.get(identity, {})
-        executions.append(
-            Execution(
-                job=str(start["job"]),
-                slot=datetime.fromisoformat(str(start["slot"])),
-                run=int(str(start["run"])),
-                token=None if start["token"] is None else int(str(start["token"])),
-                attempt=int(str(start["attempt"])),
-                key=str(start["key"]),
-                pid=int(str(start["pid"])),
-                start=float(str(start["t"])),
-                fence=float(str(end["fence"])) if end else None,
-                end=float(str(end["t"])) if end else None,
-                outcome=str(end["outcome"]) if end else None,
-            )
-        )
-    return sorted(executions, key=lambda e: e.start)
+        if record["e"] == "start":
+            open_starts[identity].append(len(records))
+            records.append((record, None))
+        elif open_starts[identity]:
+            at = open_starts[identity].pop()
+            records[at] = (records[at][0], record)
+    return sorted((_execution(start, end) for start, end in records), key=lambda e: e.start)
+
+
+def _execution(start: dict[str, Any], end: dict[str, Any] | None) -> Execution:
+    return Execution(
+        job=str(start["job"]),
+        slot=datetime.fromisoformat(start["slot"]),
+        run=int(start["run"]),
+        token=None if start["token"] is None else int(start["token"]),
+        attempt=int(start["attempt"]),
+        key=str(start["key"]),
+        pid=int(start["pid"]),
+        start=float(start["t"]),
+        fence=float(end["fence"]) if end else None,
+        end=float(end["t"]) if end else None,
+        outcome=str(end["outcome"]) if end else None,
+    )
 
 
 def parse_ticks(lines: Iterable[str]) -> list[Tick]:

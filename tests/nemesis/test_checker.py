@@ -155,9 +155,13 @@ def test_the_history_is_parsed_from_the_jobs_own_lines() -> None:
              "attempt": 1, "key": "job:skip", "pid": 9, "t": BASE}  # fmt: skip
     end = {**start, "e": "end", "fence": BASE + 1, "t": BASE + 1.1, "outcome": "committed"}
     died = {**start, "run": 8, "pid": 10}
-    lines = [json.dumps(start), json.dumps(died), json.dumps(end), '{"e": "sta']
+    again = {**start, "t": BASE + 2}  # run 7 delivered again to the same process
+    lines = [json.dumps(start), json.dumps(died), json.dumps(end), json.dumps(again), '{"e": "s']
     parsed = checker.parse_executions(lines)
-    assert [(e.run, e.outcome, e.token) for e in parsed] == [(7, "committed", 3), (8, None, 3)]
+    assert [(e.run, e.outcome, e.token) for e in parsed] == [
+        (7, "committed", 3), (8, None, 3), (7, None, 3),
+    ]  # fmt: skip
+    assert "run-twice" in [v.check for v in checker.duplicate_executions(parsed, [], JOBS)]
     assert parsed[0].slot == _slot(0)
     ticks = checker.parse_ticks(["start poller 2 5 1.0", "tick poller 2 5 1.5", "tick poll"])
     assert ticks == [Tick("poller", 2, 5, 1.5)]
