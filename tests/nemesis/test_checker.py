@@ -124,18 +124,22 @@ def test_runs_left_pending_are_reported() -> None:
     assert [v.check for v in found] == ["pending"] and "run 1 " in found[0].message
 
 
-def test_the_continuous_job_must_recover_after_each_fault() -> None:
-    faults = [Fault("sigkill", "worker-1", BASE + 10, BASE + 10),
-              Fault("sigstop", "worker-2", BASE + 40, BASE + 45)]  # fmt: skip
-    ticks = [Tick("poller", 1, 1, BASE + t) for t in (1, 2, 15)]
-    ticks += [Tick("poller", 2, 2, BASE + t) for t in (80, 81)]
-    problems, recoveries = checker.continuous_recovery(ticks, faults, bound=20, until=BASE + 90)
-    assert [v.check for v in problems] == ["continuous-recovery"]
-    assert "next write 35.0s later" in problems[0].message
-    assert recoveries == [5.0]
-    assert [v.check for v in checker.continuous_gaps(ticks, BASE + 50, BASE + 90, 20)] == [
-        "continuous-gap"
+def test_the_continuous_job_must_come_back_while_a_worker_is_healthy() -> None:
+    faults = [Fault("pause", "worker-1/child", BASE + 10, BASE + 30),
+              Fault("kill", "worker-2", BASE + 20, BASE + 25),
+              Fault("flush-broker", "broker", BASE + 40, BASE + 40)]  # fmt: skip
+    spans = checker.healthy_spans(faults, ["worker-1", "worker-2"], BASE, BASE + 100)
+    assert spans == [(BASE, BASE + 20), (BASE + 25, BASE + 100)]
+    # Silent from 15 to 35 (both workers down 20-25: not counted), then from 40 to 80.
+    ticks = [Tick("poller", 1, 1, BASE + t) for t in (1, 8, 15, 35, 40)]
+    ticks += [Tick("poller", 2, 2, BASE + t) for t in (80, 95)]
+    problems, longest = checker.continuous_outages(
+        ticks, faults, ["worker-1", "worker-2"], BASE, BASE + 100, bound=20
+    )
+    assert [v.message.split(" (")[0] for v in problems] == [
+        f"no accepted write from {BASE + 40:.3f} to {BASE + 80:.3f}"
     ]
+    assert longest == 40.0
 
 
 def test_continuous_tokens_going_back_are_reported() -> None:
