@@ -159,8 +159,7 @@ class Nemesis:
     def close(self) -> None:
         for pids in self.paused.values():
             for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+                _signal(pid, signal.SIGCONT)
         self.proxy.heal()
         self.cluster.stop_all()
         self.proxy.close()
@@ -248,10 +247,10 @@ class Nemesis:
             if kind == "pause":
                 self.paused[target] = pids
                 for pid in pids:
-                    os.kill(pid, signal.SIGSTOP)
+                    _signal(pid, signal.SIGSTOP)
                 return True
             if target.endswith("/child"):
-                os.kill(pids[0], signal.SIGKILL)  # the pool starts another
+                _signal(pids[0], signal.SIGKILL)  # the pool starts another
             else:
                 self.cluster.kill(self.current[role])
                 self.down.add(role)
@@ -292,8 +291,7 @@ class Nemesis:
         kind, target = planned.kind, planned.target
         if kind == "pause":
             for pid in self.paused.pop(target, []):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+                _signal(pid, signal.SIGCONT)
         elif kind == "kill" and not target.endswith("/child"):
             self.down.discard(target)
             self._start(target, f"{target}.{next(self.incarnations)}")
@@ -387,6 +385,12 @@ class Nemesis:
         lines = [f"seed {self.seed}", *map(str, self.plan), "", *map(str, self.faults), "",
                  figures.summary(), figures.report]  # fmt: skip
         (self.folder / "nemesis.txt").write_text("\n".join(lines) + "\n")
+
+
+def _signal(pid: int, signum: int) -> None:
+    """``signum`` to ``pid``, unless it has just exited (a pool child replaced, say)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
 
 
 def _wait_until(moment: float) -> None:
