@@ -1,8 +1,7 @@
 """The nemesis tier runs on the acceptance tier's cluster of real processes.
 
-Its markers are registered here, next to it (``--strict-markers``): ``nemesis`` selects the
-tier (``-m nemesis``, or ``-m "not nemesis"`` to leave it out), and ``xdist_group`` is
-pytest-xdist's, named here too so the tier also runs without xdist (``-p no:xdist``).
+Its marker is registered here, next to it (``--strict-markers``): ``nemesis`` selects the tier
+(``-m nemesis``, or ``-m "not nemesis"`` to leave it out).
 """
 
 from __future__ import annotations
@@ -18,4 +17,3 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "nemesis: seeded faults against a real cluster, then a history checker"
     )
-    config.addinivalue_line("markers", "xdist_group(name): run in one xdist process, in turn")

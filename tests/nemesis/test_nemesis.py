@@ -1,10 +1,10 @@
 """Seeded fault schedules against a real cluster (tests/nemesis/harness.py), then the checker.
 
-In the suite: two fixed seeds of about two minutes each, one after the other (one xdist group:
-each runs four Python processes and keeps a machine's cores busy). ``make nemesis MINUTES=30
-SEED=...`` runs the same test for as long, with that seed (``NEMESIS_MINUTES``,
-``NEMESIS_SEED``), keeping its history under ``NEMESIS_HISTORY`` (``make nemesis``: under
-``.dev/nemesis/``); a failure prints the seed that replays it.
+In the suite: two fixed seeds of about two minutes each, side by side with the other scenarios
+(each has its own database, its own Redis on a free port, its own directories).
+``make nemesis MINUTES=30 SEED=...`` runs the same test for as long, with that seed
+(``NEMESIS_MINUTES``, ``NEMESIS_SEED``), keeping its history under ``NEMESIS_HISTORY``
+(``make nemesis``: under ``.dev/nemesis/``); a failure prints the seed that replays it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from tests.acceptance.conftest import Cluster
 from tests.nemesis.harness import CALM, nemesis
 
-pytestmark = [pytest.mark.nemesis, pytest.mark.xdist_group("nemesis")]
+pytestmark = pytest.mark.nemesis
 
 SUITE_SEEDS = [20261127, 31]
 SEEDS = [int(os.environ["NEMESIS_SEED"])] if os.environ.get("NEMESIS_SEED") else SUITE_SEEDS
