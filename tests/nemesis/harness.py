@@ -251,9 +251,12 @@ class Nemesis:
                 return True
             if target.endswith("/child"):
                 _signal(pids[0], signal.SIGKILL)  # the pool starts another
+                return True
+            if target.endswith("/main"):
+                _signal(pids[0], signal.SIGKILL)  # its children orphaned, left to themselves
             else:
                 self.cluster.kill(self.current[role])
-                self.down.add(role)
+            self.down.add(role)
             return True
         if kind == "terminate-db":
             with connection.cursor() as cursor:
@@ -293,8 +296,9 @@ class Nemesis:
             for pid in self.paused.pop(target, []):
                 _signal(pid, signal.SIGCONT)
         elif kind == "kill" and not target.endswith("/child"):
-            self.down.discard(target)
-            self._start(target, f"{target}.{next(self.incarnations)}")
+            role = target.split("/")[0]
+            self.down.discard(role)
+            self._start(role, f"{role}.{next(self.incarnations)}")
         elif kind == "restart-broker":
             self.redis = start_redis(self.redis_folder, self.redis_port)
         elif kind == "hang-db":
@@ -302,7 +306,8 @@ class Nemesis:
             self.proxy_hung = False
 
     def _pids(self, target: str, pick: int) -> list[int]:
-        """The pids a signal to ``target`` reaches: a role's whole process tree, or one child."""
+        """The pids a signal to ``target`` reaches: a role's whole process tree, its main process
+        alone, or one child."""
         role = target.split("/")[0]
         process = self.cluster.processes[self.current[role]]
         try:
@@ -312,6 +317,8 @@ class Nemesis:
             return []
         if target.endswith("/child"):
             return [children[pick % len(children)]] if children else []
+        if target.endswith("/main"):
+            return [main.pid]
         return [main.pid, *children]
 
     # --- calm and check ------------------------------------------------------------------

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 # What the nemesis does, and how often it picks each.
 KINDS: dict[str, int] = {
-    "kill": 3,  # SIGKILL a beat, a worker (its whole process tree) or one pool child
+    # SIGKILL of a beat, a worker's whole process tree, its main process alone (its pool
+    # children orphaned) or one pool child
+    "kill": 3,
     "pause": 3,  # SIGSTOP ... SIGCONT of the same
     "terminate-db": 2,  # pg_terminate_backend of every connection of the cluster
     "flush-broker": 2,  # FLUSHDB of the broker's database
@@ -32,7 +34,9 @@ GAP = (3.0, 12.0)  # seconds between one draw and the next
 class Planned:
     at: float  # seconds after the faulty period began
     kind: str
-    target: str  # a process role (beat-1, worker-2, worker-1/child), "database", "broker"
+    # a process role (beat-1, worker-2), a worker's main process alone (worker-1/main) or one
+    # of its pool children (worker-1/child), "database", "broker"
+    target: str
     seconds: float
     pick: int = 0  # which pool child, for a child target (an index into the sorted pids)
 
@@ -69,7 +73,8 @@ def _one(rng: random.Random, at: float, kind: str, beats: Sequence[str],
     low, high = DURATIONS.get(kind, (0.0, 0.0))
     seconds = round(rng.uniform(low, high), 1)
     if kind in ("kill", "pause"):
-        target = rng.choice([*beats, *workers, *(f"{w}/child" for w in workers)])
+        parts = [f"{w}/{part}" for w in workers for part in ("main", "child")]
+        target = rng.choice([*beats, *workers, *parts])
         if kind == "kill" and target.endswith("/child"):
             seconds = 0.0  # the pool starts another child at once
         return Planned(at, kind, target, seconds, pick=rng.randrange(16))

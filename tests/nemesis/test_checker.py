@@ -180,4 +180,5 @@ def test_the_schedule_replays_from_its_seed() -> None:
     kinds = {planned.kind for planned in first}
     assert kinds >= {"kill", "pause", "terminate-db", "flush-broker", "hang-db"}
     assert all(p.seconds == 0 for p in first if p.kind == "kill" and "/child" in p.target)
+    assert {"worker-1/main", "worker-2/child", "beat-1"} <= {p.target for p in first}
     assert any(a.at == b.at for a, b in itertools.pairwise(first))  # several at once
