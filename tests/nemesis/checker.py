@@ -391,7 +391,8 @@ def continuous_token_order(ticks: Sequence[Tick]) -> list[Violation]:
     return problems
 
 
-WORKER_FAULTS = frozenset({"kill", "pause", "hang-db"})
+# The faults that leave a worker unable to act (a crash: it exited on its own, see harness).
+WORKER_FAULTS = frozenset({"kill", "pause", "hang-db", "crash"})
 
 
 def healthy_spans(

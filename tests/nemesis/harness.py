@@ -88,6 +88,7 @@ class Figures:
     statuses: dict[str, int] = field(default_factory=dict)
     ticks: int = 0
     longest_gap: float = 0.0  # the continuous job's, while some worker was healthy
+    crashes: list[str] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     report: str = ""
 
@@ -95,8 +96,8 @@ class Figures:
         return (
             f"seed {self.seed}: {self.faults} faults, {self.executions} executions of "
             f"{self.runs} runs {self.statuses}, {self.ticks} continuous writes (longest gap "
-            f"while a worker was healthy {self.longest_gap:.1f}s), "
-            f"{len(self.violations)} violations"
+            f"while a worker was healthy {self.longest_gap:.1f}s), {len(self.crashes)} "
+            f"processes exited on their own, {len(self.violations)} violations"
         )
 
 
@@ -136,6 +137,7 @@ class Nemesis:
         self.redis: subprocess.Popen[bytes] | None = None
         self.proxy = ConnectionCutter(_database_upstream())
         self.proxy_hung = False
+        self.crashes: list[str] = []  # processes that exited without being killed
         self.jobs_created = self.calm_start = self.calm_end = 0.0
 
     # --- the cluster ---------------------------------------------------------------------
@@ -214,7 +216,7 @@ class Nemesis:
             heapq.heappush(events, (planned.at, next(order), "start", planned, 0.0))
         while events:
             at, _, phase, planned, wall_start = heapq.heappop(events)
-            _wait_until(began + at)
+            self._wait_until(began + at)
             if phase == "start":
                 if not self._begin(planned):
                     continue
@@ -227,6 +229,32 @@ class Nemesis:
             else:
                 self._finish(planned)
                 self._record(planned, wall_start, time.time())
+
+    def _wait_until(self, moment: float) -> None:
+        """Until ``moment`` on the monotonic clock (a fault's time, not a synchronisation),
+        restarting what exited on its own meanwhile."""
+
+        def due() -> bool:
+            self._restart_crashed()
+            return time.monotonic() >= moment
+
+        wait_for(due, moment - time.monotonic() + 60, "a fault's time", poll=0.05)
+
+    def _restart_crashed(self) -> None:
+        """A beat or worker that exited without being killed is started again at once, as its
+        service manager would (deploy/: systemd Restart=always, compose restart policies), and
+        recorded as a ``crash``: the checker counts it as a fault, the report shows it."""
+        for role, name in list(self.current.items()):
+            if role in self.down or self.cluster.processes[name].poll() is None:
+                continue
+            seen = time.time()
+            self._start(role, f"{role}.{next(self.incarnations)}")
+            crash = Fault("crash", role, seen, time.time())
+            self.faults.append(crash)
+            self.crashes.append(
+                f"{crash}: {name} exited with {self.cluster.processes[name].returncode}"
+            )
+            log.warning("nemesis: %s exited on its own; started again", name)
 
     def _record(self, planned: Planned, start: float, end: float) -> None:
         fault = Fault(planned.kind, planned.target, start, end)
@@ -327,7 +355,7 @@ class Nemesis:
         """Every process up again, then ``CALM`` seconds without faults."""
         self._wait_ready([*BEATS, *WORKERS])
         self.calm_start = time.time()
-        wait_for(lambda: time.time() >= self.calm_start + CALM, CALM + 30, "the calm", 0.5)
+        self._wait_until(time.monotonic() + CALM)
         self.calm_end = time.time()
 
     def check(self) -> Figures:
@@ -361,7 +389,8 @@ class Nemesis:
             statuses[run.status] = statuses.get(run.status, 0) + 1
         figures = Figures(
             seed=self.seed, faults=len(self.faults), executions=len(executions), runs=len(runs),
-            statuses=statuses, ticks=len(ticks), longest_gap=longest_gap, violations=violations,
+            statuses=statuses, ticks=len(ticks), longest_gap=longest_gap, crashes=self.crashes,
+            violations=violations,
         )  # fmt: skip
         figures.report = checker.report(violations, self.faults, self.seed)
         self._write_history(figures)
@@ -390,7 +419,7 @@ class Nemesis:
     def _write_history(self, figures: Figures) -> None:
         """The schedule and the figures next to the jobs' own history, for a reader after."""
         lines = [f"seed {self.seed}", *map(str, self.plan), "", *map(str, self.faults), "",
-                 figures.summary(), figures.report]  # fmt: skip
+                 *self.crashes, "", figures.summary(), figures.report]  # fmt: skip
         (self.folder / "nemesis.txt").write_text("\n".join(lines) + "\n")
 
 
@@ -398,12 +427,6 @@ def _signal(pid: int, signum: int) -> None:
     """``signum`` to ``pid``, unless it has just exited (a pool child replaced, say)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)
-
-
-def _wait_until(moment: float) -> None:
-    """Until ``moment`` on the monotonic clock: a fault's time, not a synchronisation."""
-    wait_for(lambda: time.monotonic() >= moment, moment - time.monotonic() + 60, "a fault's time",
-             poll=0.05)  # fmt: skip
 
 
 def _utc(moment: float) -> datetime:
