@@ -21,7 +21,7 @@ VENV_DJANGO6 ?= .venv-django6
 BIN_DJANGO6 := $(VENV_DJANGO6)/bin
 INSTALLED_DJANGO6 := $(VENV_DJANGO6)/.installed-$(shell cat requirements/dev-django6.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test test-django6 chromium rabbitmq-server faketime promtool pgbouncer manage lint docs format typecheck migrations-check migrations-check-django6 ci lock lock-django6 clean
+.PHONY: run test nemesis test-django6 chromium rabbitmq-server faketime promtool pgbouncer manage lint docs format typecheck migrations-check migrations-check-django6 ci lock lock-django6 clean
 
 # Quiet, and on stderr: `make manage ARGS="jobs list --json"` prints only the command's output,
 # even the first time, when it installs.
@@ -46,6 +46,19 @@ run: $(INSTALLED)
 
 test: $(INSTALLED) chromium rabbitmq-server faketime promtool pgbouncer
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
+
+# The nemesis (tests/nemesis, docs/nemesis.md) for as long as asked, with a seed of your own or
+# one that failed (its report names it): `make nemesis MINUTES=30 SEED=7`. Without SEED, one
+# drawn now, printed first. The suite runs the same test for two minutes with fixed seeds.
+MINUTES ?= 10
+ifndef SEED
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+nemesis: $(INSTALLED)
+	@echo "nemesis: $(MINUTES) minutes, seed $(SEED)"
+	NEMESIS_MINUTES=$(MINUTES) NEMESIS_SEED=$(SEED) NEMESIS_HISTORY=$(CURDIR)/.dev/nemesis \
+		$(BIN)/python -m devtools test \
+		tests/nemesis/test_nemesis.py -p no:xdist -s -q $(PYTEST_ARGS)
 
 # The same suite, run the same way (embedded services, side by side), on Django 6.0 and
 # Python 3.12: CI runs it on tests/unit, tests/integration and the Django Tasks cluster scenario.

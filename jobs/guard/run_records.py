@@ -641,8 +641,12 @@ SELECT j.id, (SELECT r.scheduled_for FROM jobs_jobrun AS r
   FROM unnest(%s::bigint[]) AS j(id)
 """
 
-# Runs that maintenance looks after; a continuous job's tenure is its supervisor's business.
-_MAINTAINED_TRIGGERS = "('scheduled', 'manual', 'api', 'retry', 'backfill')"
+# Runs that maintenance looks after: every trigger's but a continuous job's tenure, which is its
+# supervisor's business. Derived from Trigger, so a trigger added later (as 'call' and
+# 'upstream' were, and were left stranded for ever when their message was lost) is looked after.
+_MAINTAINED_TRIGGERS = (
+    "(" + ", ".join(f"'{trigger}'" for trigger in Trigger if trigger != Trigger.CONTINUOUS) + ")"
+)
 
 # A scheduled run whose deadline passed with no claim (its message was lost, or every worker
 # was busy or stopped) is missed; so is one whose job expired (Job.expires_at: a worker drops

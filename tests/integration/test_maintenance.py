@@ -169,6 +169,32 @@ def test_runs_past_their_deadline_are_recorded_missed_not_republished(
     assert broker.llen(QUEUE) == 0
 
 
+@pytest.mark.parametrize("trigger", [Trigger.CALL, Trigger.UPSTREAM])
+def test_calls_and_downstream_runs_whose_message_was_lost_are_republished_then_missed(
+    make_job: Callable[..., Job], broker: redis.Redis, trigger: str
+) -> None:
+    """Found by the nemesis (seed 7, docs/nemesis.md): a guarded call's run and a downstream
+    run whose message a broker flush lost stayed scheduled for ever, neither re-published nor
+    recorded missed. They are looked after as every other run but a continuous tenure."""
+    job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
+    stranded = _run(job, age=60, dispatched=30, trigger=trigger)
+    never_sent = _run(job, age=120, dispatched=None, trigger=trigger)
+    report = _pass()
+    assert report is not None and report.republished == 2
+    assert broker.llen(QUEUE) == 2
+    assert set(JobRun.objects.values_list("pk", flat=True).filter(dispatched_at__gt=timezone.now()
+               - timedelta(seconds=5))) == {stranded.pk, never_sent.pk}  # fmt: skip
+
+    late = _run(make_job("late", schedule=Every(60), queue=QUEUE, start_deadline=30),
+                age=45, dispatched=45, trigger=trigger)  # fmt: skip
+    # An upstream's run counts its deadline from its creation (its slot is its upstream's).
+    JobRun.objects.filter(pk=late.pk).update(created_at=timezone.now() - timedelta(seconds=45))
+    report = _pass()
+    assert report is not None and report.expired == 1
+    late.refresh_from_db()
+    assert late.status == RunStatus.MISSED and "start deadline of 30 s" in late.error
+
+
 def test_one_pass_at_a_time(make_job: Callable[..., Job], broker: redis.Redis) -> None:
     job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
     _run(job, age=60, dispatched=60)

@@ -6,6 +6,10 @@ connection) is cut either before those bytes reach the server (the statement nev
 after the server answered them in full (up to its ReadyForQuery, sent once the statement
 committed) without passing the answer on: the statement committed and its reply was lost, as
 when a database restarts, a failover happens or a network drops at the worst moment.
+
+``hang()`` partitions it until ``heal()``: nothing is forwarded either way (new connections are
+accepted and hang too) and nothing is closed, so a client waits as on a network that drops its
+packets; on ``heal()`` what was held back is delivered, as TCP retransmits it.
 """
 
 from __future__ import annotations
@@ -35,13 +39,23 @@ class ConnectionCutter:
         self._armed: _Armed | None = None
         self.cuts = 0
         self._closed = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def cut(self, marker: str, *, after_commit: bool) -> None:
         with self._lock:
             self._armed = _Armed(marker.encode(), after_commit)
 
+    def hang(self) -> None:
+        """Stop forwarding, without closing anything, until ``heal()``."""
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+
     def close(self) -> None:
+        self._flowing.set()
         self._closed.set()
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
@@ -143,8 +157,8 @@ class _Pair:
         except OSError:
             return b""
 
-    @staticmethod
-    def _send(sock: socket.socket, data: bytes) -> bool:
+    def _send(self, sock: socket.socket, data: bytes) -> bool:
+        self._cutter._flowing.wait()
         try:
             sock.sendall(data)
         except OSError:
