@@ -61,6 +61,7 @@ def _writer(job_ids: list[int], rate: float, stop: threading.Event, made: list[i
     from django.db import connection
     from django.utils import timezone
 
+    from jobs.beat import slot_records
     from jobs.guard import run_records
     from jobs.models import RunStatus
 
@@ -76,7 +77,7 @@ def _writer(job_ids: list[int], rate: float, stop: threading.Event, made: list[i
             pairs = [(job_ids[(count + n) % len(job_ids)], slot) for n in range(due)]
             # Distinct slots per job: a job's runs a microsecond apart when it comes twice.
             pairs = [(job, slot + timedelta(microseconds=n)) for n, (job, _) in enumerate(pairs)]
-            for new in run_records.insert_scheduled(pairs):
+            for new in slot_records.insert_scheduled(pairs):
                 claim = run_records.claim(
                     new.run_id, node="bench", pid=1, task_id="t", holder="bench:1"
                 )

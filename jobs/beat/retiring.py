@@ -14,6 +14,7 @@ from django.db.models.functions import Now
 
 from jobs import timestamps
 from jobs.audit import Actor
+from jobs.beat import slot_records
 from jobs.guard import run_records
 from jobs.models import JOB_DISPLAY_RELATED, Job
 
@@ -35,7 +36,7 @@ def record_one_off_slot(job_id: int, slot: datetime, reason: str) -> list[run_re
         job = locked.filter(pk=job_id, enabled=True).first()
         if job is None:
             return []
-        made = run_records.insert_scheduled([(job_id, slot)], reasons=[reason])
+        made = slot_records.insert_scheduled([(job_id, slot)], reasons=[reason])
         set_enabled(job, False, actor=ONE_OFF)
     log.info(
         "one_off job %s had its slot %s: paused, as django-celery-beat disables a one_off entry "

@@ -38,6 +38,7 @@ from jobs.beat import (
     entries,
     retiring,
     schedule_errors,
+    slot_records,
 )
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
@@ -360,7 +361,7 @@ class ClusterScheduler(Scheduler):
             if job_id in self._entries and self._entries[job_id].is_active(slot)
         ]
         if missed:
-            recorded = run_records.insert_missed(missed)
+            recorded = slot_records.insert_missed(missed)
             log.warning(
                 "beat recorded %d slot(s) missed (%d already on record)",
                 len(recorded),
@@ -384,7 +385,7 @@ class ClusterScheduler(Scheduler):
                 chunk = ordered[start : start + PUBLISH_CHUNK]
                 pairs = [(entry.job_id, slot) for entry, slot in chunk]
                 try:
-                    won = run_records.insert_scheduled(
+                    won = slot_records.insert_scheduled(
                         pairs, reasons=[reasons[entry.job_id, slot] for entry, slot in chunk]
                     )
                 except reconnect.CONNECTION_ERRORS:
@@ -419,7 +420,7 @@ class ClusterScheduler(Scheduler):
         # "never sent": maintenance publishes it again after JOBS_REPUBLISH_AFTER, a no-op at
         # the claim; that is no reason to fail the tick.
         try:
-            run_records.mark_published(run_ids)
+            slot_records.mark_published(run_ids)
         except DatabaseError as exc:
             log.warning(
                 "could not record %d run(s) published (%s); maintenance will send them again",
@@ -495,7 +496,7 @@ class ClusterScheduler(Scheduler):
         adoption.adopt()
         unsyncable = adoption.sync()
         rows = [row for row in self._read_jobs() if row[_ID] not in unsyncable]
-        db_now, newest = run_records.newest_slots([row[_ID] for row in rows])
+        db_now, newest = slot_records.newest_slots([row[_ID] for row in rows])
         # The database clock is the cluster's shared reference: a beat whose clock is ahead
         # must not take slots that have not come yet for missed ones.
         reference = min(now, db_now)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
+from jobs.beat import slot_records
 from jobs.guard import run_records
 
 # Slots older than this are forgotten (a job deleted meanwhile, slots caught up as missed).
@@ -46,7 +47,7 @@ class UncertainSlots:
             return []
         self._slots.difference_update(uncertain)
         created = {(run.job_id, run.scheduled_for) for run in won}
-        return run_records.scheduled_runs_of([slot for slot in uncertain if slot not in created])
+        return slot_records.scheduled_runs_of([slot for slot in uncertain if slot not in created])
 
     def forget_older_than(self, now: datetime) -> None:
         if self._slots:

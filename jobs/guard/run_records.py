@@ -1,5 +1,9 @@
-"""The SQL of run records that carries guarantees 1, 3 and 6: one record per slot, a claim that
-turns every repeated delivery into a no-op, and a finish that a lapsed holder cannot make.
+"""The SQL of a run's life on a worker, which carries guarantees 3 and 6: a claim that turns
+every repeated delivery into a no-op, a finish that a lapsed holder cannot make, and the record
+of a run whose worker died (``mark_lost_runs``, for jobs.upkeep.recovery). A slot's first record
+is the beat's (jobs.beat.slot_records), the sweeps of scheduled runs maintenance's
+(jobs.upkeep.sweeps); the fragments they share (a run's deadline origin, a slot's blackout, a
+calendar's verdict, the retry) are written here once.
 
 Each function is one statement (PostgreSQL). The claim also takes the run's lease, and the finish
 also gives it back (and records a retry when one is due), so a guarded run costs the database two
@@ -119,35 +123,6 @@ def calendar_status_pg(why: str) -> str:
     return f"""CASE WHEN {why} = '' THEN 'scheduled' ELSE 'skipped' END,
        CASE WHEN {why} = '' THEN NULL ELSE now() END, {why}"""
 
-
-# Guarantee 1: the partial unique index makes the first insert of a slot win; every other beat's
-# insert of the same slot does nothing and returns no row, so only the winner publishes. The
-# winner publishes right after and then stamps dispatched_at (``mark_published``); if that beat
-# dies before, maintenance finds the run never sent and publishes it (guarantee 4).
-# A slot in a blackout window, or that the job's calendar skips (``reason``, computed by the
-# beat: jobs.schedule.calendars), is recorded skipped in the same insert, and not published.
-_INSERT_SLOTS = f"""
-INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at, error)
-SELECT job_id, slot, 'scheduled', {calendar_status_pg("why")}
-  FROM (SELECT t.job_id, t.slot,
-               coalesce('blackout: ' || {blackout_of_pg("t.job_id", "t.slot")}, t.reason, '')
-                 AS why  -- no reasons given: unnest pads the empty array with nulls
-          FROM unnest(string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::timestamptz[],
-                      coalesce(%s::text[], '{{}}')) AS t(job_id, slot, reason)
-       ) AS d
-ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'scheduled' DO NOTHING
-RETURNING id, job_id, scheduled_for, status
-"""
-
-# The runs of given slots still waiting for a worker (jobs.beat.uncertain_slots), found by the
-# slot's unique index.
-_SCHEDULED_RUNS_OF = """
-SELECT r.id, r.job_id, r.scheduled_for, r.status
-  FROM unnest(string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::timestamptz[])
-       AS t(job_id, slot)
-  JOIN jobs_jobrun AS r ON r.job_id = t.job_id AND r.scheduled_for = t.slot
- WHERE r.trigger = 'scheduled' AND r.status = 'scheduled'
-"""
 
 # The job columns the runner needs, in the order _CLAIM returns them (after the run's columns).
 _JOB_FIELDS = (
@@ -350,42 +325,6 @@ def fail_unclaimed(run_id: int, *, node: str, error: str) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(_FAIL_UNCLAIMED, {"run_id": run_id, "node": node, "error": error})
         return cursor.rowcount == 1
-
-
-def insert_scheduled(
-    pairs: Sequence[tuple[int, datetime]], *, reasons: Sequence[str] | None = None
-) -> list[NewRun]:
-    """Insert one run per ``(job_id, slot)``; return the ones this caller created. A slot with a
-    ``reasons`` entry (the job's calendar) or in a blackout window is recorded skipped."""
-    if not pairs:
-        return []
-    # The reasons only when one is given (see _as_texts for the ids and slots).
-    why = list(reasons) if reasons is not None and any(reasons) else None
-    return _slot_runs(_INSERT_SLOTS, [*_as_texts(pairs), why])
-
-
-def scheduled_runs_of(pairs: Sequence[tuple[int, datetime]]) -> list[NewRun]:
-    """The runs of these ``(job_id, slot)`` scheduled slots that are still ``scheduled``."""
-    if not pairs:
-        return []
-    return _slot_runs(_SCHEDULED_RUNS_OF, list(_as_texts(pairs)))
-
-
-def _as_texts(pairs: Sequence[tuple[int, datetime]]) -> tuple[str, str]:
-    """The job ids and the slots as one text each (PostgreSQL splits and parses them): psycopg
-    dumps a list element by element in Python, which cost a burst ~12 ms a chunk of 500, a sixth
-    of its tick."""
-    job_ids = ",".join([str(job_id) for job_id, _ in pairs])
-    return job_ids, ",".join([slot.isoformat() for _, slot in pairs])
-
-
-def _slot_runs(statement: str, params: list[Any]) -> list[NewRun]:
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return [
-            NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2], status=r[3])
-            for r in cursor.fetchall()
-        ]
 
 
 def claim(
@@ -617,165 +556,3 @@ def mark_lost_runs(now: datetime | None = None) -> list[LostRun]:
         )
         for run_id, job_id, retry_id, retry_at, node, error in rows
     ]
-
-
-# --- catch-up and maintenance (the beat's and maintenance's statements) -------------------------
-
-# Guarantee 6 for slots nobody fired in time (every beat down, or this beat stalled): the slot
-# gets its one record, terminal and saying why. Same unique index as _INSERT_SLOTS, so a slot
-# another beat did fire keeps its record and this insert does nothing.
-_INSERT_MISSED = """
-INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at, error)
-SELECT job_id, slot, 'scheduled', 'missed', now(), error
-  FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[]) AS t(job_id, slot, error)
-ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'scheduled' DO NOTHING
-RETURNING id, job_id, scheduled_for
-"""
-
-# The newest slot on record for each job (the index one_run_per_slot answers each with one
-# backward probe), and the database clock, which catch-up trusts over the beat's own.
-_NEWEST_SLOTS = """
-SELECT j.id, (SELECT r.scheduled_for FROM jobs_jobrun AS r
-               WHERE r.job_id = j.id AND r.trigger = 'scheduled'
-               ORDER BY r.scheduled_for DESC LIMIT 1), now()
-  FROM unnest(%s::bigint[]) AS j(id)
-"""
-
-# Runs that maintenance looks after: every trigger's but a continuous job's tenure, which is its
-# supervisor's business. Derived from Trigger, so a trigger added later (as 'call' and
-# 'upstream' were, and were left stranded for ever when their message was lost) is looked after.
-_MAINTAINED_TRIGGERS = (
-    "(" + ", ".join(f"'{trigger}'" for trigger in Trigger if trigger != Trigger.CONTINUOUS) + ")"
-)
-
-# A scheduled run whose deadline passed with no claim (its message was lost, or every worker
-# was busy or stopped) is missed; so is one whose job expired (Job.expires_at: a worker drops
-# its message, which expired too). Conditional on status, so a concurrent claim and this update
-# settle the run once: whichever comes second finds it no longer scheduled.
-_EXPIRE_SCHEDULED = f"""
-UPDATE jobs_jobrun AS r
-   SET status = 'missed', finished_at = now(),
-       error = CASE WHEN now() >= j.expires_at
-                    THEN format('not started before its job expired at %%s (its message '
-                                'expired then; recorded by maintenance)', j.expires_at)
-                    ELSE format('not started within its start deadline of %%s s: no worker '
-                                'claimed it (recorded by maintenance)', j.start_deadline) END
-  FROM jobs_job AS j
- WHERE j.id = r.job_id AND r.status = 'scheduled' AND r.trigger IN {_MAINTAINED_TRIGGERS}
-   AND (now() > {deadline_from_pg("r")} + make_interval(secs => j.start_deadline)
-        OR now() >= j.expires_at)
-RETURNING r.id
-"""
-
-# Stranded runs: still scheduled a while after their message went out (or after their slot, for
-# a retry held until then) and still within their deadline. Taking them stamps dispatched_at, so
-# the next pass leaves them alone for another while; repeated deliveries are no-ops at the claim.
-# ``sent`` picks the runs whose message went out (true) or never did (false), ``queue`` one queue.
-_STRANDED = f"""
-s.status = 'scheduled' AND s.trigger IN {_MAINTAINED_TRIGGERS}
-AND greatest(s.scheduled_for, coalesce(s.dispatched_at, s.created_at))
-    < now() - make_interval(secs => %(after)s)
-AND now() <= {deadline_from_pg("s")} + make_interval(secs => j.start_deadline)
-"""
-_TAKE_STRANDED = f"""
-UPDATE jobs_jobrun AS r SET dispatched_at = now()
- WHERE r.id IN (
-        SELECT s.id FROM jobs_jobrun AS s JOIN jobs_job AS j ON j.id = s.job_id
-         WHERE {_STRANDED}
-           AND (s.dispatched_at IS NOT NULL) = %(sent)s
-           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-         ORDER BY s.scheduled_for
-         LIMIT %(limit)s
-           FOR UPDATE OF s SKIP LOCKED)
-RETURNING r.id, r.job_id, r.scheduled_for
-"""
-
-# Per queue with stranded runs whose message went out: how many are stranded, and how many due
-# runs' messages (stranded or not) the queue should hold if none was lost. Only messages that
-# went out before ``published_before`` count, and the database's now() of this statement is
-# returned with them: read before a queue's depth, it bounds the messages that depth can hold
-# (a beat stamps dispatched_at only once its publish is done, see mark_published).
-_SENT_BACKLOG = f"""
-SELECT j.queue, count(*) FILTER (WHERE {_STRANDED}), count(*), now()
-  FROM jobs_jobrun AS s JOIN jobs_job AS j ON j.id = s.job_id
- WHERE s.status = 'scheduled' AND s.scheduled_for <= now()
-   AND s.dispatched_at < coalesce(%(published_before)s::timestamptz, now())
-   AND s.trigger IN {_MAINTAINED_TRIGGERS}
- GROUP BY j.queue
-HAVING count(*) FILTER (WHERE {_STRANDED}) > 0
-"""
-
-# Runs whose messages the broker took: from now on their loss is told by their queue's depth.
-_MARK_PUBLISHED = """
-UPDATE jobs_jobrun SET dispatched_at = now()
- WHERE id = ANY(%s::bigint[]) AND dispatched_at IS NULL
-"""
-
-
-@dataclass(frozen=True)
-class QueueBacklog:
-    queue: str
-    stranded: int  # runs whose message went out long ago, still not claimed
-    sent: int  # due runs whose message went out and that no worker claimed yet
-
-
-def insert_missed(rows: Sequence[tuple[int, datetime, str]]) -> list[NewRun]:
-    """Record each ``(job_id, slot, reason)`` as a missed run unless the slot has a record
-    already; return the records this caller created."""
-    if not rows:
-        return []
-    columns = list(zip(*rows, strict=True))
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_MISSED, [list(columns[0]), list(columns[1]), list(columns[2])])
-        return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]
-
-
-def newest_slots(job_ids: Sequence[int]) -> tuple[datetime, dict[int, datetime]]:
-    """The database clock, and the newest scheduled slot on record of each job that has one."""
-    with connection.cursor() as cursor:
-        if not job_ids:
-            cursor.execute("SELECT now()")
-            return cursor.fetchone()[0], {}
-        cursor.execute(_NEWEST_SLOTS, [list(job_ids)])
-        rows = cursor.fetchall()
-    return rows[0][2], {job_id: slot for job_id, slot, _ in rows if slot is not None}
-
-
-def expire_scheduled() -> list[int]:
-    """Record ``missed`` every scheduled run past its start deadline; their ids."""
-    with connection.cursor() as cursor:
-        cursor.execute(_EXPIRE_SCHEDULED, {})
-        return [row[0] for row in cursor.fetchall()]
-
-
-def take_stranded(
-    after: float, limit: int, *, sent: bool, queue: str | None = None
-) -> list[NewRun]:
-    """Claim for re-publishing up to ``limit`` runs, oldest slot first, still scheduled
-    ``after`` seconds past their dispatch (``sent``) or their slot (never sent), of ``queue``
-    or every queue (see ``_TAKE_STRANDED``)."""
-    params = {"after": after, "limit": limit, "sent": sent, "queue": queue}
-    with connection.cursor() as cursor:
-        cursor.execute(_TAKE_STRANDED, params)
-        return [NewRun(run_id=r[0], job_id=r[1], scheduled_for=r[2]) for r in cursor.fetchall()]
-
-
-def sent_backlog(
-    after: float, published_before: datetime | None = None
-) -> tuple[datetime | None, list[QueueBacklog]]:
-    """The queues with runs stranded ``after`` seconds past their dispatch, counting only the
-    messages that went out before ``published_before`` (default: now), and the database clock
-    of the reading (``None`` when no queue has any: see ``_SENT_BACKLOG``)."""
-    params = {"after": after, "published_before": published_before}
-    with connection.cursor() as cursor:
-        cursor.execute(_SENT_BACKLOG, params)
-        rows = cursor.fetchall()
-    read_at = rows[0][3] if rows else None
-    return read_at, [QueueBacklog(queue=q, stranded=s, sent=n) for q, s, n, _ in rows]
-
-
-def mark_published(run_ids: Sequence[int]) -> None:
-    """Stamp dispatched_at on runs their beat has just published (``_MARK_PUBLISHED``)."""
-    if run_ids:
-        with connection.cursor() as cursor:
-            cursor.execute(_MARK_PUBLISHED, [list(run_ids)])

@@ -24,7 +24,7 @@ from jobs.database_clock import database_now
 from jobs.dispatch import is_burst, publish_many
 from jobs.guard import lease, run_records
 from jobs.models import Job
-from jobs.upkeep import queue_depth
+from jobs.upkeep import queue_depth, sweeps
 from jobs.upkeep.recovery import recover_lost_runs
 from jobs.upkeep.retention import prune_if_due
 
@@ -55,7 +55,7 @@ def run_pass(
         return None
     try:
         retiring.pause_expired()
-        expired = run_records.expire_scheduled()
+        expired = sweeps.expire_scheduled()
         if expired:
             log.warning(
                 "%d run(s) not started within their start deadline (or before their job "
@@ -83,7 +83,7 @@ def _republish_stranded(after: float, producer: Any) -> int:
     """Re-publish the stranded runs: every one whose message never went out, and of those whose
     message did, only as many as their queue is short of (``_take_short``). The first are out
     before the queues are read, so their messages are never counted missing."""
-    never_sent = run_records.take_stranded(after, REPUBLISH_BATCH, sent=False)
+    never_sent = sweeps.take_stranded(after, REPUBLISH_BATCH, sent=False)
     republished = _republish(never_sent, producer) if never_sent else 0
     short = _take_short(after, REPUBLISH_BATCH - len(never_sent))
     return republished + (_republish(short, producer) if short else 0)
@@ -103,18 +103,18 @@ def _take_short(after: float, room: int) -> list[run_records.NewRun]:
     missing is a lost message or one a worker holds and has not claimed yet (its prefetch)."""
     if room <= 0:
         return []
-    read_at, backlogs = run_records.sent_backlog(after)
+    read_at, backlogs = sweeps.sent_backlog(after)
     if not backlogs:
         return []
     with current_app.connection_for_write() as connection:
         depths = queue_depth.waiting_messages(connection, [b.queue for b in backlogs])
-    _, backlogs = run_records.sent_backlog(after, published_before=read_at)
+    _, backlogs = sweeps.sent_backlog(after, published_before=read_at)
     runs: list[run_records.NewRun] = []
     for backlog in backlogs:
         depth = depths.get(backlog.queue)
         short = backlog.stranded if depth is None else min(backlog.stranded, backlog.sent - depth)
         if short > 0 and room > len(runs):
-            runs += run_records.take_stranded(
+            runs += sweeps.take_stranded(
                 after, min(short, room - len(runs)), sent=True, queue=backlog.queue
             )
         elif short <= 0:

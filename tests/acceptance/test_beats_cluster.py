@@ -24,8 +24,8 @@ from django.utils import timezone
 
 from devtools.pgbouncer import Pooler
 from devtools.services import free_port, start_redis
+from jobs.beat import slot_records
 from jobs.dispatch import publish
-from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus
 from tests.acceptance.conftest import Broker, Cluster, PrivatePostgres, wait_for
 from tests.support.slot_history import (
@@ -146,7 +146,7 @@ def test_a_broker_flush_loses_no_slot_and_a_blocked_worker_runs_nothing_late(
 
     # The same run's message, published 5 times: one execution, four recorded duplicates.
     [dup] = record_jobs(cluster, log, [("dup-3600-0", 3600)])
-    [created] = run_records.insert_scheduled([(dup.pk, next_second(timezone.now()))])
+    [created] = slot_records.insert_scheduled([(dup.pk, next_second(timezone.now()))])
     with broker.producer() as producer:
         for _ in range(5):
             publish(dup, created.run_id, created.scheduled_for, producer=producer)

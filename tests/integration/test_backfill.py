@@ -17,12 +17,13 @@ from django.test import Client
 
 from jobs import backfill, services
 from jobs.audit import Actor
-from jobs.beat import coalescing
+from jobs.beat import coalescing, slot_records
 from jobs.exceptions import NotTriggerable
 from jobs.guard import run_records
 from jobs.models import AuditEntry, Job, JobRun, RunStatus, Trigger
 from jobs.schedule import slots
 from jobs.schedule.kinds import Cron, Every
+from jobs.upkeep import sweeps
 from jobs.web import tokens
 
 pytestmark = pytest.mark.django_db
@@ -67,8 +68,8 @@ def test_a_slot_that_has_a_run_keeps_it_and_a_second_backfill_makes_nothing(
     make_job: Callable[..., Job],
 ) -> None:
     job = make_job("fill", schedule=MINUTELY)
-    run_records.insert_scheduled([(job.pk, DAY + timedelta(minutes=5))])
-    run_records.insert_missed([(job.pk, DAY + timedelta(minutes=6), "every beat was down")])
+    slot_records.insert_scheduled([(job.pk, DAY + timedelta(minutes=5))])
+    slot_records.insert_missed([(job.pk, DAY + timedelta(minutes=6), "every beat was down")])
     first = fill("fill", DAY, DAY + timedelta(minutes=9))
     assert (first.created, first.plan.on_record) == (8, 2)
     again = fill("fill", DAY, DAY + timedelta(minutes=9))
@@ -81,7 +82,7 @@ def test_a_beat_firing_a_slot_a_backfill_made_inserts_nothing(
 ) -> None:
     job = make_job("fill", schedule=MINUTELY)
     fill("fill", DAY, DAY)
-    assert run_records.insert_scheduled([(job.pk, DAY)]) == []
+    assert slot_records.insert_scheduled([(job.pk, DAY)]) == []
     assert JobRun.objects.filter(job=job).count() == 1
 
 
@@ -199,9 +200,9 @@ def test_a_backfill_run_s_deadline_counts_from_its_release_not_its_past_slot(
     job = make_job("fill", schedule=MINUTELY, start_deadline=60)
     fill("fill", DAY, DAY + timedelta(minutes=1))
     # Never expired or re-published while it waits for its release, however old its slot.
-    assert run_records.expire_scheduled() == []
+    assert sweeps.expire_scheduled() == []
     for sent in (True, False):
-        assert run_records.take_stranded(after=0, limit=100, sent=sent) == []
+        assert sweeps.take_stranded(after=0, limit=100, sent=sent) == []
     (released,) = backfill.release_next()
     claim = run_records.claim(released.run_id, node="n", pid=1, task_id="t", holder="n:1")
     assert claim is not None and claim.status == RunStatus.RUNNING
@@ -223,7 +224,7 @@ def test_maintenance_records_a_released_run_nobody_claimed_missed_and_releases_t
     fill("fill", DAY, DAY + timedelta(minutes=1))
     (released,) = backfill.release_next()
     JobRun.objects.filter(pk=released.run_id).update(released_at=DAY)
-    assert run_records.expire_scheduled() == [released.run_id]
+    assert sweeps.expire_scheduled() == [released.run_id]
     assert [r.scheduled_for for r in backfill.release_next()] == [DAY + timedelta(minutes=1)]
     assert JobRun.objects.filter(job=job, status=RunStatus.MISSED).count() == 1
 
@@ -233,7 +234,7 @@ def test_a_waiting_backfill_run_does_not_make_a_coalescing_job_skip_its_slots(
 ) -> None:
     job = make_job("fill", schedule=MINUTELY, coalesce=True)
     fill("fill", DAY, DAY + timedelta(minutes=3))
-    (new,) = run_records.insert_scheduled([(job.pk, DAY + timedelta(days=1))])
+    (new,) = slot_records.insert_scheduled([(job.pk, DAY + timedelta(days=1))])
     assert coalescing.skip_while_queued([(new.run_id, job.pk)]) == set()
 
 

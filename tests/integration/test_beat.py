@@ -21,8 +21,8 @@ from django_celery_beat.models import ClockedSchedule
 
 from jobs import services
 from jobs.audit import Actor
+from jobs.beat import slot_records
 from jobs.beat.scheduler import ClusterScheduler
-from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus, ScheduleChange
 from jobs.schedule.catchup import MAX_MISSED_RECORDED
 from jobs.schedule.kinds import At, Every
@@ -320,18 +320,18 @@ def test_a_beat_that_fell_behind_applies_the_policy_and_keeps_other_beats_record
 def _insert_cut(monkeypatch: pytest.MonkeyPatch, *, committed: bool) -> Iterator[None]:
     """Within the block, the beat's insert of slots fails as a broken connection does: after
     (``committed``) or instead of reaching the database."""
-    original = run_records.insert_scheduled
+    original = slot_records.insert_scheduled
 
     def cut(pairs: Any, **kwargs: Any) -> Any:
         if committed:
             original(pairs, **kwargs)
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(run_records, "insert_scheduled", cut)
+    monkeypatch.setattr(slot_records, "insert_scheduled", cut)
     try:
         yield
     finally:
-        monkeypatch.setattr(run_records, "insert_scheduled", original)
+        monkeypatch.setattr(slot_records, "insert_scheduled", original)
 
 
 def test_a_failed_insert_loses_no_slot(

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from jobs import dependencies, services
 from jobs.audit import Actor
+from jobs.beat import slot_records
 from jobs.guard import run_records
 from jobs.models import Job, JobKind, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Triggered
@@ -37,7 +38,7 @@ def _triggered(make_job: Callable[..., Job], name: str, after: list[str]) -> Job
 
 def _scheduled_run(job: Job, minutes_ago: float = 1) -> JobRun:
     slot = (timezone.now() - timedelta(minutes=minutes_ago)).replace(microsecond=0)
-    (new,) = run_records.insert_scheduled([(job.pk, slot)])
+    (new,) = slot_records.insert_scheduled([(job.pk, slot)])
     return JobRun.objects.get(pk=new.run_id)
 
 
@@ -115,7 +116,7 @@ def test_a_join_runs_once_when_every_upstream_succeeded_for_the_slot(
     slot_run_a = _scheduled_run(a)
     _end(slot_run_a, RunStatus.SUCCEEDED)
     assert _downstream(both) == []  # b has not run for that slot yet
-    (new,) = run_records.insert_scheduled([(b.pk, slot_run_a.scheduled_for)])
+    (new,) = slot_records.insert_scheduled([(b.pk, slot_run_a.scheduled_for)])
     _end(JobRun.objects.get(pk=new.run_id), RunStatus.SUCCEEDED)
     assert [row[:2] for row in _downstream(both)] == [
         (slot_run_a.scheduled_for, RunStatus.SCHEDULED)
@@ -129,7 +130,7 @@ def test_a_missed_slot_and_a_skipped_one_leave_records_too(make_job: Callable[..
     a = make_job("a")
     b = _triggered(make_job, "b", ["a"])
     slot = timezone.now().replace(microsecond=0) - timedelta(hours=1)
-    run_records.insert_missed([(a.pk, slot, "every beat was down")])
+    slot_records.insert_missed([(a.pk, slot, "every beat was down")])
     [(_, status, error, _)] = _downstream(b)
     assert status == RunStatus.SKIPPED and "missed: every beat was down" in error
 

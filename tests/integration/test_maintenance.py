@@ -14,7 +14,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs import dispatch
-from jobs.guard import lease, run_records
+from jobs.beat import slot_records
+from jobs.guard import lease
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.upkeep import maintenance
@@ -122,7 +123,7 @@ def test_messages_on_their_way_or_taken_while_the_queue_is_read_are_never_counte
         # publishes and stamps a new slot.
         for run in (recorded, _run(job, age=0, dispatched=None)):
             dispatch.publish(job, run.pk, run.scheduled_for)
-            run_records.mark_published([run.pk])
+            slot_records.mark_published([run.pk])
         return depths
 
     monkeypatch.setattr(maintenance.queue_depth, "waiting_messages", depths_while_the_cluster_moves)
@@ -150,7 +151,7 @@ def test_only_runs_whose_messages_went_out_are_stamped_sent(
     with dispatch.publishing() as publisher:
         publisher.add([(job, out.pk, out.scheduled_for), (job, failing.pk, failing.scheduled_for)])
     assert publisher.published == [out.pk]
-    run_records.mark_published(publisher.published)
+    slot_records.mark_published(publisher.published)
     stamped = dict(JobRun.objects.values_list("pk", "dispatched_at"))
     assert stamped[out.pk] is not None and stamped[failing.pk] is None
     assert broker.llen(QUEUE) == 1

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from devtools.pgbouncer import _server_address, transaction_pooler
 from jobs import pooler_hint
-from jobs.guard import run_records
+from jobs.beat import slot_records
 from jobs.guard.runner import execute_run
 from jobs.models import Job
 from tests.acceptance.conftest import live_database_url
@@ -116,7 +116,7 @@ def test_a_worker_behind_an_unconfigured_pooler_says_why_once_and_healthz_shows_
     caplog.set_level(logging.INFO)
     job = make_job()
     now = timezone.now()
-    runs = run_records.insert_scheduled(
+    runs = slot_records.insert_scheduled(
         [(job.pk, now - timedelta(milliseconds=n)) for n in range(1, 9)]
     )
     failed = 0

@@ -13,6 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs.audit import Actor
+from jobs.beat import slot_records
 from jobs.guard import lease, run_records
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
@@ -31,8 +32,8 @@ def test_the_first_insert_of_a_slot_wins_and_repeats_create_nothing(
 ) -> None:
     a, b = make_job("a"), make_job("b")
     slot = timezone.now().replace(microsecond=0)
-    first = run_records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
-    again = run_records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
+    first = slot_records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
+    again = slot_records.insert_scheduled([(a.pk, slot), (b.pk, slot)])
     assert {run.job_id for run in first} == {a.pk, b.pk}
     assert again == []
     assert JobRun.objects.filter(scheduled_for=slot).count() == 2
@@ -41,7 +42,7 @@ def test_the_first_insert_of_a_slot_wins_and_repeats_create_nothing(
 def test_manual_runs_may_share_a_slot_with_the_scheduled_one(make_job: Callable[..., Job]) -> None:
     job = make_job()
     slot = timezone.now().replace(microsecond=0)
-    run_records.insert_scheduled([(job.pk, slot)])
+    slot_records.insert_scheduled([(job.pk, slot)])
     JobRun.objects.create(job=job, scheduled_for=slot, trigger=Trigger.MANUAL)
     assert JobRun.objects.filter(job=job).count() == 2
 
