@@ -679,7 +679,7 @@ class JobRun(models.Model):
 
 
 # A lease is live while it expires after now, by the database clock (guarantee 2): the ORM's
-# form of the test every statement of jobs/guard/lease.py writes as ``expires_at > now()``.
+# form of the rule every SQL statement asks through ``jobs.guard.lease.lease_live_pg``.
 LIVE_LEASE = Q(expires_at__gt=Now())
 
 

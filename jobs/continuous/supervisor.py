@@ -60,7 +60,7 @@ SELECT
   COALESCE((SELECT json_agg(json_build_array(l.key, l.holder,
                                              extract(epoch FROM l.expires_at - now())))
               FROM jobs_lease AS l
-             WHERE l.expires_at > now()
+             WHERE {lease.lease_live_pg("l")}
                AND (l.key = ANY(%(keys)s::text[])
                     OR l.key IN (SELECT 'job:' || j.name FROM jobs_job AS j
                                   WHERE j.kind = 'continuous' AND j.enabled))), '[]'::json),

@@ -58,10 +58,10 @@ RETURNING id, started_at, (SELECT count(*) FROM orphaned)
 # racing it is settled by the run row, which both update only while it is 'running' (begin's
 # `orphaned`): whichever commits first, the tenure is recorded once. Its writes are fenced by
 # ctx.fenced(), which does lock the lease row. The run by its id alone (jobs.guard.run_records).
-_FINISH = """
+_FINISH = f"""
 WITH lease AS (
     SELECT EXISTS (SELECT 1 FROM jobs_lease
-                    WHERE key = %(key)s AND token = %(token)s AND expires_at > now()) AS held
+                    WHERE key = %(key)s AND token = %(token)s AND {lease.lease_live_pg()}) AS held
 )
 UPDATE jobs_jobrun
    SET status = CASE WHEN lease.held THEN %(status)s ELSE 'lost' END,

@@ -104,12 +104,21 @@ ON CONFLICT (key) DO UPDATE
 """
 
 
+def lease_live_pg(lease: str = "jobs_lease", at: str = "now()") -> str:
+    """SQL: the lease row aliased ``lease`` is live at ``at``: it expires after it, by the
+    database clock (guarantee 2). Every statement that asks whether a lease is held asks it so;
+    the ORM's form is ``models.LIVE_LEASE``, and the functions of jobs/sql/ spell it out as
+    this writes it (tests/integration/test_guarantee_sql.py holds them to it)."""
+    return f"{lease}.expires_at > {at}"
+
+
 def run_lease_live_pg(at: str = "now()") -> str:
     """SQL: the run aliased ``r`` still holds the lease its token took, live at ``at``. What
     lost-run detection tests, for runs (jobs.guard.run_records) and tenures
     (jobs.continuous.tenures) alike: a run without it is lost."""
     return f"""EXISTS (SELECT 1 FROM jobs_lease AS l
-                WHERE l.key = r.lease_key AND l.token = r.fencing_token AND l.expires_at > {at})"""
+                WHERE l.key = r.lease_key AND l.token = r.fencing_token
+                  AND {lease_live_pg("l", at)})"""
 
 
 _ACQUIRE_PG = f"""
@@ -119,9 +128,9 @@ VALUES (%(key)s, %(holder)s, 1, now(), now() + make_interval(secs => %(ttl)s))
 RETURNING token, expires_at
 """
 
-_RENEW_PG = """
+_RENEW_PG = f"""
 UPDATE jobs_lease SET expires_at = now() + make_interval(secs => %(ttl)s)
- WHERE key = %(key)s AND token = %(token)s AND expires_at > now()
+ WHERE key = %(key)s AND token = %(token)s AND {lease_live_pg()}
 RETURNING expires_at, stop_requested_by
 """
 
@@ -133,31 +142,31 @@ RELEASE_EXPIRY_PG = "GREATEST(now(), jobs_lease.acquired_at + make_interval(secs
 
 _RELEASE_PG = f"""
 UPDATE jobs_lease SET expires_at = {RELEASE_EXPIRY_PG}
- WHERE key = %(key)s AND token = %(token)s AND expires_at > now()
+ WHERE key = %(key)s AND token = %(token)s AND {lease_live_pg()}
 """
 
 # Without a token: whoever holds the key (an operator's release). With one: only that holder
 # (overlap replace, after the holder it asked to stop did not within a ttl).
-_FORCE_RELEASE_PG = """
+_FORCE_RELEASE_PG = f"""
 UPDATE jobs_lease SET expires_at = now()
- WHERE key = %(key)s AND expires_at > now() AND (%(token)s::bigint IS NULL OR token = %(token)s)
+ WHERE key = %(key)s AND {lease_live_pg()} AND (%(token)s::bigint IS NULL OR token = %(token)s)
 """
 
 # Overlap `replace`: flag the live holder; its keeper sees the flag at its next renewal and sets
 # ctx.stopping. Returns who was asked, so the asker can wait for exactly that holder to go.
-_REQUEST_STOP_PG = """
+_REQUEST_STOP_PG = f"""
 UPDATE jobs_lease SET stop_requested_by = %(requester)s
- WHERE key = %(key)s AND expires_at > now()
+ WHERE key = %(key)s AND {lease_live_pg()}
 RETURNING holder, token
 """
 
 # Fenced write check: FOR SHARE makes a would-be acquirer's upsert wait for our commit.
-_VERIFY_PG = """
-SELECT 1 FROM jobs_lease WHERE key = %(key)s AND token = %(token)s AND expires_at > now()
+_VERIFY_PG = f"""
+SELECT 1 FROM jobs_lease WHERE key = %(key)s AND token = %(token)s AND {lease_live_pg()}
 FOR SHARE
 """
 
-_HOLDER_PG = "SELECT holder, token FROM jobs_lease WHERE key = %(key)s AND expires_at > now()"
+_HOLDER_PG = f"SELECT holder, token FROM jobs_lease WHERE key = %(key)s AND {lease_live_pg()}"
 
 # Retention: the lapsed leases of runs' own keys (run_key), deleted with their runs.
 _FORGET_PG = "DELETE FROM jobs_lease WHERE key = ANY(%(keys)s) AND expires_at <= now()"

@@ -34,6 +34,7 @@ from jobs.guard.lease import (
     HeldLease,
     LeaseHolder,
     held_from_row,
+    lease_live_pg,
     run_lease_live_pg,
     statement_cursor,
 )
@@ -164,7 +165,7 @@ SELECT jr.id, jr.scheduled_for, jr.attempt, jr.status, jr.error,
   FROM jobs_jobrun AS jr JOIN jobs_job AS j ON j.id = jr.job_id
   LEFT JOIN jobs_lease AS l
          ON l.key = jr.lease_key AND l.token = jr.fencing_token AND l.holder = %(holder)s
-        AND l.expires_at > now()
+        AND {lease_live_pg("l")}
  WHERE jr.id = %(run_id)s AND jr.node = %(node)s AND jr.pid = %(pid)s
    AND jr.task_id = %(task_id)s AND jr.status IN ('running', 'missed', 'skipped')
    AND (jr.fencing_token IS NULL OR l.token IS NOT NULL)
@@ -218,16 +219,16 @@ recorded AS (
 )
 SELECT run.late, taken.token, taken.expires_at, l.holder, l.token
   FROM run LEFT JOIN taken ON true
-  LEFT JOIN jobs_lease AS l ON l.key = %(key)s AND l.expires_at > now()
+  LEFT JOIN jobs_lease AS l ON l.key = %(key)s AND {lease_live_pg("l")}
 """
 
 # The lease a try of _ACQUIRE_FOR_RUN took, read back after a broken connection cut its reply.
-_LEASE_TAKEN_FOR_RUN = """
+_LEASE_TAKEN_FOR_RUN = f"""
 SELECT l.key, l.token, l.expires_at
   FROM jobs_jobrun AS r
   JOIN jobs_lease AS l ON l.key = r.lease_key AND l.token = r.fencing_token
  WHERE r.id = %(run_id)s AND r.status IS NOT DISTINCT FROM 'running'
-   AND l.holder = %(holder)s AND l.expires_at > now()
+   AND l.holder = %(holder)s AND {lease_live_pg("l")}
 """
 
 # A retry is a new run of the same job: trigger 'retry', the next attempt, retry_of the run it

@@ -66,6 +66,18 @@ def test_the_sql_copy_of_each_rule_is_the_python_one_and_written_once(
     )
 
 
+def test_the_functions_ask_whether_a_lease_is_live_as_the_python_statements_do() -> None:
+    """'The lease is live' is one rule (``lease.lease_live_pg``); the functions spell it out,
+    so each of their lease-expiry comparisons (not an assignment) is that rule, or the
+    take-over's lapsed test (its negation, held to ``TAKE_OVER_IF_LAPSED_PG`` above)."""
+    written = _normalized("\n".join(p.read_text(encoding="utf-8") for p in SQL.glob("*.sql")))
+    comparisons = re.findall(r"[\w.]*expires_at\s*(?:>=|<=|>|<)\s*now\(\)", written)
+    live = _normalized(lease.lease_live_pg("l"))
+    lapsed = _normalized("jobs_lease.expires_at <= now()")
+    assert comparisons, "the functions of jobs/sql/ no longer test a lease's expiry?"
+    assert set(comparisons) <= {live, lapsed}, comparisons
+
+
 # --- the retry rule: written as a CTE (jobs.guard.run_records._RETRY_CTE, for unleased finishes
 # and lost runs) and inside jobs_finish_run (the fenced finish). Both are driven through the same
 # cases here, and must record the same retry, or none.
