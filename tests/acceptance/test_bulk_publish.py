@@ -20,6 +20,7 @@ import redis
 from celery import current_app
 from django.db import transaction
 from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
 
 from bench.beat_bench import create_jobs
 from devtools.__main__ import flower_state_options
@@ -297,13 +298,18 @@ def _burst_due_soon(cluster: Cluster, url: str, log: Path) -> tuple[list[Job], d
         90,
         "both beats loaded",
     )
-    slot = timezone.now().replace(microsecond=0) + timedelta(seconds=8)
-    # In bulk, as the beat benchmark makes them (the services take ~20 ms a job).
-    create_jobs(
-        2_000, queue=cluster.queue, task="tests.record", every=lambda n: 3600, anchor=slot,
-        prefix="killed", kwargs=lambda n: {"log": str(log)},
-    )  # fmt: skip
-    jobs = list(Job.objects.filter(name__startswith="killed-"))
+    # In bulk, as the beat benchmark makes them (the services take ~20 ms a job), and their
+    # slot set last, in the same transaction: the beats see the jobs only at its commit, so
+    # however long making them took on a busy machine, their slot is 8 s after the beats do.
+    with transaction.atomic():
+        create_jobs(
+            2_000, queue=cluster.queue, task="tests.record", every=lambda n: 3600,
+            anchor=timezone.now() + timedelta(days=1), prefix="killed",
+            kwargs=lambda n: {"log": str(log)},
+        )  # fmt: skip
+        jobs = list(Job.objects.filter(name__startswith="killed-"))
+        slot = timezone.now().replace(microsecond=0) + timedelta(seconds=8)
+        PeriodicTask.objects.filter(job__in=jobs).update(start_time=slot)
     assert timezone.now() < slot - timedelta(seconds=2), "jobs made too slowly for the slot"
     return jobs, slot
 
