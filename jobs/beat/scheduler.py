@@ -41,6 +41,7 @@ from jobs.beat import (
     slot_records,
 )
 from jobs.beat.clock import DatabaseClock
+from jobs.beat.graceful_stop import stop_after_tick
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.beat.uncertain_slots import UncertainSlots
 from jobs.conf import get_conf
@@ -202,7 +203,8 @@ class ClusterScheduler(Scheduler):
         if self._alerts is not None and not self._alerts.started:
             self._alerts.start()
         try:
-            return self.tick_at(self._clock())
+            with stop_after_tick():  # a stop asked for mid-tick waits for its publishes
+                return self.tick_at(self._clock())
         except DatabaseError:
             log.exception("beat tick failed; will retry", extra={"action": "beat_tick_error"})
             connection.close()

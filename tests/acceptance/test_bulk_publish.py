@@ -357,6 +357,39 @@ def test_a_redis_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path)
         server.wait()
 
 
+def test_beats_told_to_stop_mid_burst_publish_every_slot_they_recorded(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Both beats are told to stop (SIGTERM, as a deploy does) while a burst of 2,000 slots is
+    on its way into Redis. Each stops once its tick is done (jobs.beat.graceful_stop), so every
+    run recorded by then went out and is stamped so, with no maintenance pass to make up for
+    it: no beat is left to make one."""
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    port = free_port()
+    server = start_redis(folder, port)
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        jobs, _ = _burst_due_soon(cluster, url, tmp_path / "executions.log")
+        client = redis.Redis.from_url(url)
+        wait_for(
+            lambda: client.llen(cluster.queue) >= 200, 60, "part of the burst in Redis", poll=0.002
+        )
+        for name in BEATS:
+            cluster.kill(name, signal.SIGTERM)
+        assert client.llen(cluster.queue) < len(jobs), "the whole burst was out before the stop"
+        for name in BEATS:
+            cluster.processes[name].wait(timeout=60)
+        runs = JobRun.objects.filter(job__in=jobs, trigger=Trigger.SCHEDULED)
+        assert runs.count() == len(jobs), "a beat stopped before recording the slots it fired"
+        assert not runs.filter(dispatched_at__isnull=True).exists(), "recorded, never published"
+        assert client.llen(cluster.queue) == len(jobs)
+    finally:
+        cluster.stop_all()
+        server.kill()
+        server.wait()
+
+
 def _queued(channel: Any, url: str, queue: str) -> tuple[Any, int]:
     """The messages waiting in ``queue`` on RabbitMQ (0 before the beats declared it), and the
     channel to ask on next time (a passive declare of a missing queue closes its channel)."""
