@@ -3,6 +3,8 @@ continuous jobs. Connected to Celery's worker signals from ``JobsConfig.ready()`
 the worker's main process only (never in pool processes, beats or web processes), except
 ``worker_process_init``, which ``jobs.guard.shutdown_notice`` uses in each pool process.
 
+- ``worker_init``: the defence against a worker exiting when its Redis broker restarts
+  (``jobs.broker_restart``);
 - ``worker_ready``: register the node, start the heartbeat and supervisor threads, and the
   alert sender (which also looks for a cluster without a live beat, ``jobs.alerts.detect``);
 - ``worker_shutting_down`` (the SIGTERM/SIGINT/SIGQUIT handler): ask the supervisor to stop.
@@ -25,7 +27,7 @@ from typing import Any
 import celery
 from celery import signals
 
-from jobs import connection_budget
+from jobs import broker_restart, connection_budget
 from jobs.alerts.detect import ClusterWatch
 from jobs.alerts.sender import AlertSender
 from jobs.conf import get_conf, get_ops_conf
@@ -47,6 +49,10 @@ def connect_worker_signals() -> None:
     # A worker keeps a connection per thread: no pool (jobs.connection_budget).
     signals.worker_init.connect(
         _refuse_pool, weak=False, dispatch_uid="jobs.connection_budget.worker"
+    )
+    # A Redis broker restart must not stop the worker (jobs.broker_restart).
+    signals.worker_init.connect(
+        broker_restart.install, weak=False, dispatch_uid="jobs.broker_restart"
     )
     # The shutdown notice first: its pipe must exist before the pool forks.
     signals.worker_init.connect(
