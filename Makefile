@@ -48,15 +48,18 @@ test: $(INSTALLED) chromium rabbitmq-server faketime promtool pgbouncer
 	$(BIN)/python -m devtools test $(PYTEST_ARGS)
 
 # The nemesis (tests/nemesis, docs/nemesis.md) for as long as asked, with a seed of your own or
-# one that failed (its report names it): `make nemesis MINUTES=30 SEED=7`. Without SEED, one
-# drawn now, printed first. The suite runs the same test for two minutes with fixed seeds.
+# one that failed (its report names it): `make nemesis MINUTES=30 SEED=7`, `BEATS=3` for three
+# beats. Without SEED, one drawn now, printed first. The suite runs the same test for two
+# minutes with fixed seeds and two beats.
 MINUTES ?= 10
+BEATS ?= 2
 ifndef SEED
 SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
 nemesis: $(INSTALLED)
 	@echo "nemesis: $(MINUTES) minutes, seed $(SEED)"
-	NEMESIS_MINUTES=$(MINUTES) NEMESIS_SEED=$(SEED) NEMESIS_HISTORY=$(CURDIR)/.dev/nemesis \
+	NEMESIS_MINUTES=$(MINUTES) NEMESIS_SEED=$(SEED) NEMESIS_BEATS=$(BEATS) \
+		NEMESIS_HISTORY=$(CURDIR)/.dev/nemesis \
 		$(BIN)/python -m devtools test \
 		tests/nemesis/test_nemesis.py -p no:xdist -s -q $(PYTEST_ARGS)
 
