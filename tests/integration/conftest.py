@@ -62,8 +62,9 @@ def insider(db: None) -> Client:
 
 
 @pytest.fixture
-def broker(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
-    """The suite's Redis broker, the test module's ``QUEUE`` emptied before and after."""
+def redis_broker(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """The suite's Redis broker as a Redis client (acceptance's ``broker`` is a parametrised
+    Broker), the test module's ``QUEUE`` emptied before and after."""
     if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
         pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
     queue = request.module.QUEUE

@@ -66,7 +66,7 @@ def _records(job: Job) -> list[tuple[datetime, str, str]]:
 
 
 def test_slots_in_a_blackout_window_are_recorded_skipped_and_not_published(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     frozen = _owed_from(START, make_job("frozen", queue=QUEUE))
     other = _owed_from(START, make_job("other", queue=QUEUE))
@@ -87,11 +87,11 @@ def test_slots_in_a_blackout_window_are_recorded_skipped_and_not_published(
     assert other_skipped == [START + timedelta(hours=h) for h in (2, 3, 5)]
     assert len(_records(frozen)) == 6  # hours 1..6: every slot has its one record
     published = JobRun.objects.filter(status=RunStatus.SCHEDULED).count()
-    assert broker.llen(QUEUE) == published == 6 + 6 - 5
+    assert redis_broker.llen(QUEUE) == published == 6 + 6 - 5
 
 
 def test_a_business_days_job_skips_weekends_and_its_holidays_in_its_time_zone(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     job = make_job(
         "payroll",
@@ -112,7 +112,7 @@ def test_a_business_days_job_skips_weekends_and_its_holidays_in_its_time_zone(
         ("2025-12-28", RunStatus.SKIPPED,
          "weekend: Sunday 2025-12-28 (America/New_York) is not a business day"),
     ]  # fmt: skip
-    assert broker.llen(QUEUE) == 2
+    assert redis_broker.llen(QUEUE) == 2
 
 
 def test_no_slot_is_recorded_outside_the_active_period(make_job: Callable[..., Job]) -> None:
