@@ -7,11 +7,14 @@ so a job made in a test is validated, audited and stored like one made in the ad
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
+
 from jobs.audit import Actor
-from jobs.models import Job
+from jobs.models import Job, JobRun, Trigger
 from jobs.schedule.kinds import Definition, Every
 from jobs.services import JobDefinition, create_job
 
@@ -56,3 +59,10 @@ def new_job(
         after=tuple(after),
     )
     return create_job(definition, actor=actor, managed_by_code=managed_by_code)
+
+
+def new_run(job: Job, *, ago: float = 0.0, trigger: Trigger = Trigger.SCHEDULED) -> JobRun:
+    """A ``scheduled`` run of ``job`` for the slot ``ago`` seconds before now, as a beat (or,
+    with ``trigger``, an operator) would have recorded it, not yet published."""
+    slot = timezone.now() - timedelta(seconds=ago)
+    return JobRun.objects.create(job=job, scheduled_for=slot, trigger=trigger)
