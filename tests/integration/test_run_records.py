@@ -142,9 +142,11 @@ def test_reclaim_reads_back_the_claim_of_this_delivery_only(
     assert again is not None and again.status == RunStatus.RUNNING
     assert again.lease is not None and again.lease.token == claim.lease.token
     assert again.job.pk == claim.job.pk
-    for other in ({"task_id": "u"}, {"pid": 2}, {"node": "n2"}):
-        found = {"node": "n1", "pid": 1, "task_id": "t", **other}
-        assert run_records.reclaim(claim.run_id, holder=HOLDER, claimed_at=sent, **found) is None
+    for node, pid, task_id in (("n1", 1, "u"), ("n1", 2, "t"), ("n2", 1, "t")):
+        other = run_records.reclaim(
+            claim.run_id, node=node, pid=pid, task_id=task_id, holder=HOLDER, claimed_at=sent
+        )
+        assert other is None
 
 
 def test_reclaim_finds_nothing_once_the_claims_lease_lapsed(make_job: Callable[..., Job]) -> None:
