@@ -44,7 +44,6 @@ NOT_YET_MIRRORED = {
     "jobs/guard/shutdown_notice.py": "acceptance/test_worker_shutdown.py",
     "jobs/management/commands/apitoken.py": "test_cli.py",
     "jobs/management/commands/jobs.py": "test_cli.py, test_cli_fuzz.py",
-    "jobs/messages.py": "test_task_reporting.py, test_schedule_errors_shown.py",
     "jobs/postgres_only.py": "test_sql_contract.py",
     "jobs/upkeep/rollups.py": "test_metrics.py, test_retention.py",
     "jobs/web/serializers.py": "test_api.py, test_admin.py",
