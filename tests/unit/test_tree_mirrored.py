@@ -28,7 +28,6 @@ WITHOUT_LOGIC = {
 # Modules with logic that have no test module of their name yet (known debt, issue 30): each is
 # exercised today by the tests named beside it; writing its own test module removes it here.
 NOT_YET_MIRRORED = {
-    "jobs/alerts/channels.py": "test_alerts.py",
     "jobs/alerts/outbox.py": "test_alerts.py",
     "jobs/alerts/sender.py": "test_alerts.py",
     "jobs/beat/changelog.py": "test_adoption.py",
