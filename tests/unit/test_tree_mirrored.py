@@ -30,11 +30,9 @@ WITHOUT_LOGIC = {
 NOT_YET_MIRRORED = {
     "jobs/alerts/outbox.py": "test_alerts.py",
     "jobs/alerts/sender.py": "test_alerts.py",
-    "jobs/beat/changelog.py": "test_adoption.py",
     "jobs/beat/declared_jobs.py": "acceptance/test_declared_schedules.py",
     "jobs/beat/entries.py": "test_adoption.py, test_configured.py, test_adopted_rows.py",
     "jobs/beat/heartbeat.py": "test_health.py, test_dashboard.py, test_metrics.py",
-    "jobs/beat/retiring.py": "test_adopted_rows.py",
     "jobs/beat/switch_report.py": "test_configured.py",
     "jobs/continuous/tenures.py": "test_supervisor.py",
     "jobs/django_tasks/execution.py": "test_backend.py",
