@@ -1,6 +1,6 @@
 """The OpenAPI 3.0 description of ``jobs.web.api``, served at ``/api/openapi.json``.
 
-Written by hand next to the views it describes; ``tests/integration/test_api_schema.py`` checks
+Written by hand next to the views it describes; ``tests/integration/test_openapi.py`` checks
 that every route is described and fuzzes every operation against it (schemathesis).
 """
 

@@ -14,30 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
-from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import ROOT, Cluster, wait_for
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.acceptance
 
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
 SLOTS = 1440
-
-
-def _job(cluster: Cluster, log: Path) -> Job:
-    return create_job(
-        JobDefinition(
-            name="minutely",
-            task="tests.record",
-            schedule=Every(60),
-            kwargs={"log": str(log)},
-            # wait: the beats' own slots of today queue behind a backfill run, never skip it.
-            policies={"queue": cluster.queue, "overlap": "wait", "lease_ttl": 3},
-        ),
-        actor=Actor.code("tests"),
-    )
 
 
 def _backfill_from_two_terminals(cluster: Cluster, since: datetime, until: datetime) -> list[int]:
@@ -65,7 +50,10 @@ def test_a_day_backfilled_twice_at_once_runs_each_slot_once_one_at_a_time(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     log = tmp_path / "executions.log"
-    job = _job(cluster, log)
+    # wait: the beats' own slots of today queue behind a backfill run, never skip it.
+    job = new_job(
+        "minutely", schedule=Every(60), log=log, queue=cluster.queue, overlap="wait", lease_ttl=3
+    )
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(1)
 
     created = _backfill_from_two_terminals(cluster, day, day + timedelta(minutes=SLOTS - 1))

@@ -30,7 +30,7 @@ from jobs import bulk_publish, dispatch
 from jobs.amqp_frames import BufferedPublishing
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
-from jobs.schedule.kinds import At, Every
+from jobs.schedule.kinds import At
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import (
     FLOWER_AUTH,
@@ -41,23 +41,14 @@ from tests.acceptance.conftest import (
     wait_for,
 )
 from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks published here)
+from tests.support.job_factory import new_job
 from tests.support.slot_history import BEAT_ENV, count_executions
 
 pytestmark = pytest.mark.acceptance
 
 TESTS = Actor.code("tests")
-HOURLY = Every(3600)
-
-
-def _job(name: str, queue: str, task: str = "tests.record", **policies: Any) -> Job:
-    kwargs = {"log": "/dev/null"}
-    return create_job(
-        JobDefinition(
-            name=name, task=task, schedule=HOURLY, kwargs=kwargs,
-            policies={"queue": queue, **policies},
-        ),
-        actor=TESTS,
-    )  # fmt: skip
+NOWHERE = "/dev/null"  # what the record jobs would append to, were they run
+PLAIN_APPEND = "tests.support.plain_tasks.append"
 
 
 def _drain(url: str, queue: str) -> dict[str, Any]:
@@ -101,13 +92,13 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
     monkeypatch.setattr(bulk_publish, "_composed_body", counted_compose)
     queue = f"bulk-identical-{broker.kind}"
     jobs = [
-        _job(f"{broker.kind}-plain", queue),
-        _job(f"{broker.kind}-twin-a", queue),
-        _job(f"{broker.kind}-twin-b", queue),
-        _job(f"{broker.kind}-urgent", queue, priority=8),
-        _job(f"{broker.kind}-limited", queue, time_limit=30),
-        _job(f"{broker.kind}-celery", queue, task="tests.support.plain_tasks.append"),
-        _job(f"{broker.kind}-adopted", queue, task="tests.support.plain_tasks.append"),
+        new_job(f"{broker.kind}-plain", log=NOWHERE, queue=queue),
+        new_job(f"{broker.kind}-twin-a", log=NOWHERE, queue=queue),
+        new_job(f"{broker.kind}-twin-b", log=NOWHERE, queue=queue),
+        new_job(f"{broker.kind}-urgent", log=NOWHERE, queue=queue, priority=8),
+        new_job(f"{broker.kind}-limited", log=NOWHERE, queue=queue, time_limit=30),
+        new_job(f"{broker.kind}-celery", PLAIN_APPEND, log=NOWHERE, queue=queue),
+        new_job(f"{broker.kind}-adopted", PLAIN_APPEND, log=NOWHERE, queue=queue),
     ]
     # An adopted django-celery-beat row's message options: its headers (and django-celery-beat's
     # periodic_task_name), an expiry; Celery computes the expiry's TTL from its clock, held here.
@@ -167,7 +158,7 @@ def test_rabbitmq_confirms_are_counted_chunk_by_chunk(
     ``scheduled`` for maintenance."""
     suffix = uuid.uuid4().hex[:8]
     exchange, capped = f"bulk-capped-{suffix}", f"bulk-capped-{suffix}"
-    job = _job(f"capped-{suffix}", f"bulk-declared-{suffix}")
+    job = new_job(f"capped-{suffix}", log=NOWHERE, queue=f"bulk-declared-{suffix}")
     job.exchange, job.routing_key = exchange, "capped"
     job.save(update_fields=["exchange", "routing_key"])
     now = timezone.now()

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.audit import Actor
-from jobs.models import Job, JobRun, RunStatus
-from jobs.schedule.kinds import Cron, Every, Schedule
-from jobs.services import JobDefinition, create_job
+from jobs.models import JobRun, RunStatus
+from jobs.schedule.kinds import Cron, Every
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.acceptance
 
@@ -51,19 +51,6 @@ def _holiday_in_reach(at: datetime) -> tuple[str, str, str]:
     raise AssertionError(f"no public holiday on any local date of {at} in {ZONES}")
 
 
-def _job(cluster: Cluster, name: str, log: Path, schedule: Schedule, **policies: object) -> Job:
-    return create_job(
-        JobDefinition(
-            name=name,
-            task="tests.record",
-            schedule=schedule,
-            kwargs={"log": str(log)},
-            policies={"queue": cluster.queue, **policies},
-        ),
-        actor=ACTOR,
-    )
-
-
 def test_a_blackout_and_a_holiday_skip_exactly_their_slots(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -73,10 +60,13 @@ def test_a_blackout_and_a_holiday_skip_exactly_their_slots(
     minute_log = tmp_path / "minute-jobs.log"
     now = timezone.now()
     country, zone, holiday = _holiday_in_reach(now)
-    every_second = _job(cluster, "every-second", log, Every(1))
+    every_second = new_job("every-second", schedule=Every(1), log=log, queue=cluster.queue)
     each_minute = Cron(expr="* * * * *", tz=zone)
-    on_holiday = _job(cluster, "on-holiday", minute_log, each_minute, holiday_calendar=country)
-    control = _job(cluster, "control", minute_log, each_minute)
+    on_holiday = new_job(
+        "on-holiday", schedule=each_minute, log=minute_log, queue=cluster.queue,
+        holiday_calendar=country,
+    )  # fmt: skip
+    control = new_job("control", schedule=each_minute, log=minute_log, queue=cluster.queue)
     starts = (now + timedelta(seconds=8)).replace(microsecond=0)
     services.add_blackout(
         "freeze", starts, starts + timedelta(seconds=4), actor=ACTOR, job_name=every_second.name

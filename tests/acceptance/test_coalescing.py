@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedule.kinds import Every
-from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.acceptance
 
@@ -32,6 +31,8 @@ BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": str(MAINTENANCE_INTERVAL), "JOBS_REPUBL
 # The messages one worker holds unclaimed at any instant: its prefetch (concurrency 1 times
 # CELERY_WORKER_PREFETCH_MULTIPLIER 1; with acks_late, the message it runs counts too).
 PREFETCH = 1
+# Long enough that the queued runs are not recorded missed before the worker is back.
+QUEUED_LONG = 120
 
 
 def most_copies(drained_in: float) -> int:
@@ -46,20 +47,6 @@ def most_copies(drained_in: float) -> int:
     return PREFETCH * (1 + passes_while_draining)
 
 
-def _job(cluster: Cluster, name: str, log: Path, coalesce: bool) -> Job:
-    return create_job(
-        JobDefinition(
-            name=name,
-            task="tests.record",
-            schedule=Every(1),
-            kwargs={"log": str(log)},
-            # Long enough that the queued runs are not recorded missed before the worker is back.
-            policies={"queue": cluster.queue, "coalesce": coalesce, "start_deadline": 120},
-        ),
-        actor=Actor.code("tests"),
-    )
-
-
 def _queued(job: Job) -> int:
     return JobRun.objects.filter(job=job, status=RunStatus.SCHEDULED).count()
 
@@ -71,8 +58,14 @@ def test_a_coalescing_job_keeps_one_run_queued_while_its_workers_are_stopped(
     worker = cluster.start_worker("worker", concurrency=1)
     for name in BEATS:
         cluster.start_beat(name, env=BEAT_ENV)
-    coalescing = _job(cluster, "coalescing", log, coalesce=True)
-    piling = _job(cluster, "piling", log, coalesce=False)
+    coalescing = new_job(
+        "coalescing", schedule=Every(1), log=log, queue=cluster.queue, coalesce=True,
+        start_deadline=QUEUED_LONG,
+    )  # fmt: skip
+    piling = new_job(
+        "piling", schedule=Every(1), log=log, queue=cluster.queue, coalesce=False,
+        start_deadline=QUEUED_LONG,
+    )  # fmt: skip
     wait_for(
         lambda: JobRun.objects.filter(status=RunStatus.SUCCEEDED).count() >= 4,
         timeout=90,

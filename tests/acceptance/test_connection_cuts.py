@@ -14,20 +14,18 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 
 from devtools.pgbouncer import Pooler
-from jobs.audit import Actor
 from jobs.dispatch import trigger_now
-from jobs.models import Job, JobRun, RunStatus
-from jobs.schedule.kinds import Every, Schedule
-from jobs.services import JobDefinition, create_job
+from jobs.models import JobRun, RunStatus
+from jobs.schedule.kinds import Every
 from tests.acceptance.conftest import Cluster, live_database_url, wait_for
 from tests.support.connection_cutter import ConnectionCutter
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.acceptance
 
@@ -55,21 +53,6 @@ def _through(cutter: ConnectionCutter) -> str:
     return f"postgresql://{auth}@127.0.0.1:{cutter.port}{url.path}"
 
 
-def _job(
-    cluster: Cluster, name: str, log: Path, schedule: Schedule | None, task: str = "tests.record",
-    **policies: Any,
-) -> Job:  # fmt: skip
-    """A job on the cluster's queue whose function appends a line per execution to ``log``."""
-    definition = JobDefinition(
-        name=name,
-        task=task,
-        schedule=schedule,
-        kwargs={"log": str(log)},
-        policies={"queue": cluster.queue, **policies},
-    )
-    return create_job(definition, actor=Actor.code("tests"))
-
-
 @pytest.mark.parametrize(
     ("statement", "after_commit"),
     [("jobs_claim_run", True), ("jobs_finish_run", False), ("jobs_finish_run", True)],
@@ -79,7 +62,7 @@ def test_a_run_whose_connection_is_cut_runs_once_and_is_recorded(
     cluster: Cluster, cutter: ConnectionCutter, tmp_path: Path, statement: str, after_commit: bool
 ) -> None:
     log = tmp_path / "executions.log"
-    job = _job(cluster, "cut", log, Every(3600), lease_ttl=60)
+    job = new_job("cut", schedule=Every(3600), log=log, queue=cluster.queue, lease_ttl=60)
     cluster.env["DATABASE_URL"] = _through(cutter)
     cluster.start_worker("node-a", concurrency=1)
     cutter.cut(statement, after_commit=after_commit)
@@ -115,7 +98,7 @@ def test_a_claim_whose_reply_is_cut_behind_pgbouncer_runs_once(
     """The same through PgBouncer in transaction pooling (no prepared statements: the claim's
     text goes out each time), the cut between the worker and the pooler."""
     log = tmp_path / "executions.log"
-    job = _job(cluster, "pooled", log, Every(3600), lease_ttl=60)
+    job = new_job("pooled", schedule=Every(3600), log=log, queue=cluster.queue, lease_ttl=60)
     cutter = ConnectionCutter(("127.0.0.1", pgbouncer.port))
     try:
         cluster.use_pooler(pgbouncer)
@@ -154,7 +137,7 @@ def test_a_beat_whose_insert_reply_is_cut_publishes_the_slot_at_once(
         60,
         "the worker ready and the beat loaded",
     )
-    job = _job(cluster, "every-2s", log, Every(2), start_deadline=300)
+    job = new_job("every-2s", schedule=Every(2), log=log, queue=cluster.queue, start_deadline=300)
     runs = JobRun.objects.filter(job=job).order_by("scheduled_for")
     wait_for(lambda: runs.filter(status=RunStatus.SUCCEEDED).exists(), 60, "a first run")
     # The slots' insert alone (its unnest's columns): the beat's maintenance thread, on the same
@@ -192,7 +175,9 @@ def test_a_continuous_job_whose_lease_reply_is_cut_starts_without_waiting_for_a_
     from tests.support.jobs_continuous import read_events
 
     log = tmp_path / "continuous.log"
-    job = _job(cluster, "poller", log, None, task="tests.continuous.step", lease_ttl=60)
+    job = new_job(
+        "poller", "tests.continuous.step", None, log=log, queue=cluster.queue, lease_ttl=60
+    )
     cluster.env.update(
         DATABASE_URL=_through(cutter),
         JOBS_MODULES="tests.support.jobs_under_test,tests.support.jobs_continuous",

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jobs import services
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
-from jobs.schedule.kinds import Definition, Every, Triggered
-from jobs.services import JobDefinition, create_job
+from jobs.schedule.kinds import Every, Triggered
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.acceptance
 
@@ -23,23 +24,6 @@ ACTOR = Actor.code("tests")
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.LOST, RunStatus.SKIPPED,
          RunStatus.MISSED)  # fmt: skip
-
-
-def _job(
-    cluster: Cluster, name: str, schedule: Definition, *, after: tuple[str, ...] = (), **kw: object
-) -> Job:
-    task = str(kw.pop("task", "tests.record"))
-    return create_job(
-        JobDefinition(
-            name=name,
-            task=task,
-            schedule=schedule,
-            kwargs=dict(kw),
-            after=after,
-            policies={"queue": cluster.queue, "lease_ttl": 3, "start_deadline": 120},
-        ),
-        actor=ACTOR,
-    )
 
 
 def _by_slot(job: Job, status: RunStatus | None = None) -> dict[object, list[JobRun]]:
@@ -56,13 +40,16 @@ def test_a_chain_and_a_join_run_once_per_upstream_success_through_a_killed_worke
     cluster: Cluster, tmp_path: Path
 ) -> None:
     log = str(tmp_path / "executions.log")
-    a = _job(cluster, "a", Every(2), log=log, seconds=0.3)
-    x = _job(cluster, "x", Every(2), log=log)
-    b = _job(cluster, "b", Triggered(), after=("a",), log=log, seconds=0.3)
-    c = _job(cluster, "c", Triggered(), after=("b",), log=log)
-    join = _job(cluster, "join", Triggered(), after=("a", "x"), log=log)
-    _job(cluster, "failing", Every(2), task="tests.fail")
-    d = _job(cluster, "d", Triggered(), after=("failing",), log=log)
+    on_cluster: dict[str, Any] = {"queue": cluster.queue, "lease_ttl": 3, "start_deadline": 120}
+    a = new_job("a", schedule=Every(2), kwargs={"seconds": 0.3}, log=log, **on_cluster)
+    x = new_job("x", schedule=Every(2), log=log, **on_cluster)
+    b = new_job(
+        "b", schedule=Triggered(), after=("a",), kwargs={"seconds": 0.3}, log=log, **on_cluster
+    )
+    c = new_job("c", schedule=Triggered(), after=("b",), log=log, **on_cluster)
+    join = new_job("join", schedule=Triggered(), after=("a", "x"), log=log, **on_cluster)
+    new_job("failing", "tests.fail", Every(2), **on_cluster)
+    d = new_job("d", schedule=Triggered(), after=("failing",), log=log, **on_cluster)
 
     for name in ("beat-1", "beat-2"):
         cluster.start_beat(name, env=BEAT_ENV)

@@ -19,12 +19,11 @@ pytest.importorskip("django.tasks")
 from django.tasks import TaskResultStatus, task_backends
 from django.test import Client, override_settings
 
-from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedule.kinds import Every, Triggered
-from jobs.services import JobDefinition, create_job
 from jobs.upkeep.recovery import recover_lost_runs
 from tests.acceptance.conftest import Cluster, pause_and_wait_for_beats, wait_for
+from tests.support.job_factory import new_job
 from tests.support.newsletter import tasks
 
 pytestmark = pytest.mark.acceptance
@@ -50,15 +49,7 @@ def _own_job(cluster: Cluster, task: Any) -> Job:
     """The task's own job, made ahead of the first enqueue as an operator would edit it: on the
     test's queue, with a short lease so that a dead worker's run lapses within seconds."""
     name = task.module_path
-    return create_job(
-        JobDefinition(
-            name=name,
-            task=name,
-            schedule=Triggered(),
-            policies={"queue": cluster.queue, "lease_ttl": 3, "start_deadline": 120},
-        ),
-        actor=Actor.code("tests"),
-    )
+    return new_job(name, name, Triggered(), queue=cluster.queue, lease_ttl=3, start_deadline=120)
 
 
 def _run_id(result: Any) -> int:
@@ -142,15 +133,8 @@ def test_a_task_as_a_jobs_task_runs_each_slot_once_through_the_beat(cluster: Clu
     cluster.start_beat("beat-b", env=BEAT_ENV)
     _ready(cluster, "worker-a", "beat-a", "beat-b")
     name = tasks.count_words.module_path
-    job = create_job(
-        JobDefinition(
-            name="word-count",
-            task=name,
-            schedule=Every(2),
-            kwargs={"text": "one two three"},
-            policies={"queue": cluster.queue},
-        ),
-        actor=Actor.code("tests"),
+    job = new_job(
+        "word-count", name, Every(2), kwargs={"text": "one two three"}, queue=cluster.queue
     )
     succeeded = JobRun.objects.filter(job=job, status=RunStatus.SUCCEEDED)
     wait_for(lambda: succeeded.count() >= 3, timeout=60, what="three slots of word-count ran")

@@ -13,12 +13,11 @@ import pytest
 
 from devtools.__main__ import flower_state_options
 from devtools.services import free_port
-from jobs.audit import Actor
 from jobs.dispatch import trigger_now
-from jobs.models import Job, JobRun, RunStatus
+from jobs.models import JobRun, RunStatus
 from jobs.schedule.kinds import At
-from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import FLOWER_AUTH, Cluster, flower_hears, flower_json, wait_for
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.acceptance
 
@@ -26,14 +25,6 @@ pytestmark = pytest.mark.acceptance
 NEVER = At(datetime(2100, 1, 1, tzinfo=UTC))
 # The beat here only does maintenance (recording the killed worker's run lost), often.
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5"}
-
-
-def _job(cluster: Cluster, name: str, task: str, **kwargs: Any) -> Job:
-    policies = {"queue": cluster.queue, **kwargs.pop("policies", {})}
-    return create_job(
-        JobDefinition(name=name, task=task, schedule=NEVER, kwargs=kwargs, policies=policies),
-        actor=Actor.code("tests"),
-    )
 
 
 def _flower_task(port: int, run: JobRun) -> dict[str, Any]:
@@ -52,10 +43,10 @@ def test_flower_shows_failed_skipped_and_lost_runs_as_recorded(
 ) -> None:
     hold = tmp_path / "hold"
     hold.touch()
-    failing = _job(cluster, "nightly-failure", "tests.fail")
-    holding = _job(
-        cluster, "holder", "tests.hold", log=str(tmp_path / "executions.log"), hold=str(hold),
-        policies={"lease_ttl": 3},
+    failing = new_job("nightly-failure", "tests.fail", NEVER, queue=cluster.queue)
+    holding = new_job(
+        "holder", "tests.hold", NEVER, kwargs={"hold": str(hold)},
+        log=tmp_path / "executions.log", queue=cluster.queue, lease_ttl=3,
     )  # fmt: skip
     port = free_port()
     cluster.start_flower(

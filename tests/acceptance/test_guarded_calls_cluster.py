@@ -15,16 +15,18 @@ import pytest
 from django.db import connection
 
 from jobs.audit import Actor
-from jobs.models import Job, JobRun, RunStatus, Trigger
+from jobs.models import JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
-from jobs.services import JobDefinition, create_job, pause
+from jobs.services import pause
 from jobs.upkeep.recovery import recover_lost_runs
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.job_factory import new_job
 from tests.support.plain_tasks import guarded_span
 
 pytestmark = pytest.mark.acceptance
 
 SPAN = "tests.support.plain_tasks.guarded_span"
+SLOT_SPAN = {"note": "slot", "seconds": 3}  # the scheduled runs' arguments besides the log
 TESTS = Actor.code("tests")
 START_TIMEOUT = 90
 BEAT_ENV = {"JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AFTER": "2"}
@@ -38,19 +40,6 @@ def _spans(log: Path) -> list[tuple[str, float, float]]:
 def _overlapping(spans: list[tuple[str, float, float]]) -> list[tuple[str, str]]:
     ordered = sorted(spans, key=lambda span: span[1])
     return [(a[0], b[0]) for a, b in itertools.combinations(ordered, 2) if b[1] < a[2]]
-
-
-def _job(cluster: Cluster, log: Path, every: int, **policies: object) -> Job:
-    return create_job(
-        JobDefinition(
-            name="sync",
-            task=SPAN,
-            schedule=Every(every),
-            kwargs={"log": str(log), "note": "slot", "seconds": 3},
-            policies={"queue": cluster.queue, **policies},
-        ),
-        actor=TESTS,
-    )
 
 
 def _ready(cluster: Cluster, *names: str) -> None:
@@ -76,7 +65,10 @@ def test_concurrent_calls_run_one_at_a_time_on_two_workers(
     cluster.start_worker("worker-b")
     _ready(cluster, "worker-a", "worker-b")
     # Hourly and no beat: the calls are this job's only runs.
-    job = _job(cluster, log, every=3600, overlap="wait", start_deadline=120)
+    job = new_job(
+        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
+        overlap="wait", start_deadline=120,
+    )  # fmt: skip
     ids: list[str] = []
 
     def call(n: int) -> None:
@@ -117,7 +109,10 @@ def test_a_call_while_a_scheduled_run_holds_the_lease(
     cluster.start_worker("worker-b")
     cluster.start_beat("beat-a", env=BEAT_ENV)
     _ready(cluster, "worker-a", "worker-b", "beat-a")
-    job = _job(cluster, log, every=6, overlap=overlap, start_deadline=30)
+    job = new_job(
+        "sync", SPAN, Every(6), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
+        overlap=overlap, start_deadline=30,
+    )  # fmt: skip
 
     def holding() -> JobRun | None:
         return JobRun.objects.filter(
@@ -157,7 +152,10 @@ def test_a_killed_workers_call_is_recorded_lost_and_retried_with_its_arguments(
     cluster.start_worker("worker-a")
     cluster.start_worker("worker-b")
     _ready(cluster, "worker-a", "worker-b")
-    job = _job(cluster, log, every=3600, lease_ttl=3, on_lost="retry", start_deadline=60)
+    job = new_job(
+        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
+        lease_ttl=3, on_lost="retry", start_deadline=60,
+    )  # fmt: skip
     call = int(guarded_span.delay(str(log), note="doomed", seconds=8).id.removeprefix("jobrun-"))
 
     def holding() -> JobRun | None:

@@ -27,7 +27,7 @@ import pytest
 from django.conf import settings
 
 from tests.acceptance.conftest import wait_for
-from tests.deployment.test_wheel import build_wheel
+from tests.support.wheel import build_wheel
 
 pytestmark = pytest.mark.acceptance
 

@@ -12,37 +12,19 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.db import connection
 
-from jobs.audit import Actor
 from jobs.dispatch import trigger_now
 from jobs.guard import lease
 from jobs.models import Job, JobRun, Lease, RunStatus
-from jobs.schedule.kinds import Every, Schedule
-from jobs.services import JobDefinition, create_job
+from jobs.schedule.kinds import Every
 from jobs.upkeep.recovery import recover_lost_runs
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.acceptance
-
-HOURLY = Every(3600)
-
-
-def _job(cluster: Cluster, name: str, task: str, schedule: Schedule = HOURLY, **kwargs: Any) -> Job:
-    policies = kwargs.pop("policies", {})
-    return create_job(
-        JobDefinition(
-            name=name,
-            task=task,
-            schedule=schedule,
-            kwargs=kwargs,
-            policies={"queue": cluster.queue, **policies},
-        ),
-        actor=Actor.code("tests"),
-    )
 
 
 def _run(pk: int) -> JobRun:
@@ -81,9 +63,9 @@ def test_a_paused_holder_is_fenced_out_and_recorded_lost(
 ) -> None:
     log, hold = tmp_path / "executions.log", tmp_path / "hold"
     hold.touch()
-    job = _job(
-        cluster, "fenced", "tests.fenced_write", log=str(log), table=fenced_table,
-        hold=str(hold), policies={"lease_ttl": 3},
+    job = new_job(
+        "fenced", "tests.fenced_write", kwargs={"table": fenced_table, "hold": str(hold)},
+        log=log, queue=cluster.queue, lease_ttl=3,
     )  # fmt: skip
     cluster.start_worker("node-a", concurrency=1)
     first = trigger_now(job)
@@ -117,7 +99,7 @@ def test_a_redelivered_message_of_a_running_run_is_a_no_op(
 ) -> None:
     log = tmp_path / "executions.log"
     cluster.env["JOBS_VISIBILITY_TIMEOUT"] = "5"
-    job = _job(cluster, "slow", "tests.record", log=str(log), seconds=15)
+    job = new_job("slow", kwargs={"seconds": 15}, log=log, queue=cluster.queue)
     cluster.start_worker("node-a", concurrency=2)
     run = trigger_now(job)
     wait_for(lambda: _run(run.pk).status == RunStatus.RUNNING, 60, "the run to start")
@@ -143,14 +125,14 @@ def test_a_killed_node_loses_its_runs_and_the_next_slots_run_on_time(
     every_2s = Every(2)
     jobs = {
         # Skip: slots that find the dead node's lease still live are recorded skipped.
-        "abandon": _job(
-            cluster, "abandon", "tests.hold", every_2s, log=str(log), hold=str(holds["abandon"]),
-            policies={"lease_ttl": 3},
+        "abandon": new_job(
+            "abandon", "tests.hold", every_2s, kwargs={"hold": str(holds["abandon"])}, log=log,
+            queue=cluster.queue, lease_ttl=3,
         ),
         # Wait: the retry of the lost run cannot be skipped by a slot that holds the lease.
-        "retry": _job(
-            cluster, "retry", "tests.hold", every_2s, log=str(log), hold=str(holds["retry"]),
-            policies={"lease_ttl": 3, "on_lost": "retry", "overlap": "wait"},
+        "retry": new_job(
+            "retry", "tests.hold", every_2s, kwargs={"hold": str(holds["retry"])}, log=log,
+            queue=cluster.queue, lease_ttl=3, on_lost="retry", overlap="wait",
         ),
     }  # fmt: skip
     cluster.start_worker("node-a", concurrency=2)

@@ -25,6 +25,7 @@ from jobs.guard import lease
 from jobs.models import Job, JobRun, Node, RunStatus
 from jobs.schedule.kinds import Cron, Every
 from tests.browser.conftest import VIEWPORT, shot
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.browser
 
@@ -33,23 +34,23 @@ INSTANT = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
 TESTS = Actor.code("tests")
 # A holder as long as real ones get: node name, pid, run id (jobs.guard.runner).
 HOLDER = "celery@worker-node-07.eu-west-1.compute.internal:1234567:run-9876543"
-
-
-def _job(name: str, schedule: Every | Cron | None) -> Job:
-    definition = services.JobDefinition(
-        name=name, task="tests.record", schedule=schedule, kwargs={"log": "/dev/null"}
-    )
-    return services.create_job(definition, actor=TESTS)
+NOWHERE = "/dev/null"  # the jobs never run here
 
 
 @pytest.fixture
 def jobs_of_a_busy_cluster() -> Iterator[dict[str, Job]]:
     """Long names, a cron job in a zone, a paused job, runs, and a live lease."""
     jobs = {
-        "billing": _job("nightly-billing-reconciliation-eu-west", Every(seconds=10)),
-        "cron": _job("warehouse-export-weekdays", Cron(expr="30 2 * * 1-5", tz="Europe/Paris")),
-        "paused": _job("legacy-report-mailer", Every(seconds=10)),
-        "poller": _job("inventory-feed-poller", None),  # continuous
+        "billing": new_job(
+            "nightly-billing-reconciliation-eu-west", schedule=Every(seconds=10), log=NOWHERE
+        ),
+        "cron": new_job(
+            "warehouse-export-weekdays",
+            schedule=Cron(expr="30 2 * * 1-5", tz="Europe/Paris"),
+            log=NOWHERE,
+        ),
+        "paused": new_job("legacy-report-mailer", schedule=Every(seconds=10), log=NOWHERE),
+        "poller": new_job("inventory-feed-poller", schedule=None, log=NOWHERE),  # continuous
     }
     services.set_enabled(jobs["paused"], False, actor=TESTS)
     # Three runs each, 10 s apart, all in the minute before this one (one bar of the chart).

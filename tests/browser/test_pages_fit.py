@@ -33,7 +33,6 @@ from jobs.models import (
     AuditEntry,
     BeatHeartbeat,
     Incident,
-    Job,
     JobRun,
     Node,
     RunStatus,
@@ -42,6 +41,7 @@ from jobs.models import (
 from jobs.schedule.kinds import Cron, Every, Triggered
 from jobs.web import tokens
 from tests.browser.conftest import VIEWPORT, shot
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.browser
 
@@ -106,24 +106,21 @@ CHART_PARTS = "svg.runs-chart text"
 TALLEST_ROW = VIEWPORT["height"] / 5
 
 
-def _job(name: str, schedule: Every | Cron | Triggered | None, **kwargs: Any) -> Job:
-    definition = services.JobDefinition(
-        name=name,
-        task="tests.record",
-        schedule=schedule,
-        kwargs={"log": f"/var/lib/jobs/{name}/{'x' * 120}.log"},
-        **kwargs,
-    )
-    return services.create_job(definition, actor=TESTS)
+def _long_log(name: str) -> str:
+    return f"/var/lib/jobs/{name}/{'x' * 120}.log"
 
 
 @pytest.fixture
 def busy_cluster() -> Iterator[dict[str, Model]]:
     """A row in every table the admin shows, as long as real ones get."""
-    billing = _job("nightly-billing-reconciliation-eu-west-with-a-long-name", Every(seconds=10))
-    cron = _job("warehouse-export-weekdays", Cron(expr="30 2 * * 1-5", tz="Europe/Paris"))
-    _job("inventory-feed-poller-of-the-eu-west-warehouses", None)  # continuous
-    _job("ledger-close-after-billing", Triggered(), after=[billing.name])
+    name = "nightly-billing-reconciliation-eu-west-with-a-long-name"
+    billing = new_job(name, schedule=Every(seconds=10), log=_long_log(name))
+    name = "warehouse-export-weekdays"
+    cron = new_job(name, schedule=Cron(expr="30 2 * * 1-5", tz="Europe/Paris"), log=_long_log(name))
+    name = "inventory-feed-poller-of-the-eu-west-warehouses"
+    new_job(name, schedule=None, log=_long_log(name))  # continuous
+    name = "ledger-close-after-billing"
+    new_job(name, schedule=Triggered(), after=[billing.name], log=_long_log(name))
     services.set_enabled(cron, False, actor=TESTS)
     services.mute(billing.name, timezone.now() + timedelta(hours=2), actor=TESTS)
     now = timezone.now().replace(microsecond=0)

@@ -15,11 +15,9 @@ import tests.support.plain_tasks  # noqa: F401  (registers plain Celery tasks)
 from jobs import dispatch
 from jobs.audit import Actor
 from jobs.models import Job
-from jobs.schedule.kinds import Every, Schedule
-from jobs.services import JobDefinition, create_job
+from jobs.schedule.kinds import Schedule
 from jobs.web import tokens
-
-HOURLY = Every(3600)
+from tests.support.job_factory import HOURLY, new_job
 
 # (run id, eta) of each message the runner would have published.
 Published = list[tuple[int, datetime | None]]
@@ -27,6 +25,8 @@ Published = list[tuple[int, datetime | None]]
 
 @pytest.fixture
 def make_job(tmp_path: Path) -> Callable[..., Job]:
+    """``job_factory.new_job``, a ``tests.record`` job's log in the test's own directory."""
+
     def make(
         name: str = "j",
         task: str = "tests.record",
@@ -36,10 +36,7 @@ def make_job(tmp_path: Path) -> Callable[..., Job]:
     ) -> Job:
         if kwargs is None:
             kwargs = {"log": str(tmp_path / "executions.log")} if task == "tests.record" else {}
-        definition = JobDefinition(
-            name=name, task=task, schedule=schedule, kwargs=kwargs, policies=policies
-        )
-        return create_job(definition, actor=Actor.code("tests"))
+        return new_job(name, task, schedule, kwargs=kwargs, **policies)
 
     return make
 
@@ -65,8 +62,9 @@ def insider(db: None) -> Client:
 
 
 @pytest.fixture
-def broker(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
-    """The suite's Redis broker, the test module's ``QUEUE`` emptied before and after."""
+def redis_broker(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """The suite's Redis broker as a Redis client (acceptance's ``broker`` is a parametrised
+    Broker), the test module's ``QUEUE`` emptied before and after."""
     if not str(settings.CELERY_BROKER_URL).startswith("redis://"):
         pytest.fail("these tests read the queue from Redis; CELERY_BROKER_URL is not Redis")
     queue = request.module.QUEUE

@@ -43,10 +43,12 @@ from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every
 from jobs.web import serializers
 from tests.support.forms import job_form_data
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.django_db
 
 TASK = "tests.admin_example"
+MINUTELY = Every(seconds=60)
 
 
 @job(TASK)
@@ -61,13 +63,6 @@ CHANGELIST_URL = reverse("admin:jobs_job_changelist")
 def form_data(**overrides: str) -> dict[str, str]:
     """What the add/change page posts for a valid interval job."""
     return job_form_data(**{"task": TASK, "kwargs": '{"city": "Lyon"}', **overrides})
-
-
-def make_job(name: str = "existing", schedule: Any = None, **kwargs: Any) -> Job:
-    definition = services.JobDefinition(
-        name=name, task=TASK, schedule=schedule or Every(seconds=60)
-    )
-    return services.create_job(definition, actor=Actor.code("tests"), **kwargs)
 
 
 def change_url(job_: Job) -> str:
@@ -109,7 +104,7 @@ def test_cron_job_keeps_its_time_zone(admin_client):
 
 
 def test_changelist_says_both_day_fields_must_match(admin_client):
-    make_job("first-monday", Cron(expr="0 9 1-7 * 1", tz="Europe/Paris"))
+    new_job("first-monday", TASK, Cron(expr="0 9 1-7 * 1", tz="Europe/Paris"))
 
     page = admin_client.get(CHANGELIST_URL).content.decode()
 
@@ -306,7 +301,7 @@ def test_a_slash_in_the_name_is_an_error_on_name(admin_client):
 
 
 def test_duplicate_name_is_an_error_on_name(admin_client):
-    make_job("report")
+    new_job("report", TASK, MINUTELY)
 
     response = admin_client.post(ADD_URL, form_data(name="report"))
 
@@ -319,8 +314,8 @@ def test_duplicate_name_is_an_error_on_name(admin_client):
 
 
 def test_change_page_prefills_the_schedule(admin_client):
-    cron_job = make_job("nightly", Cron(expr="30 2 * * *", tz="Europe/Paris"))
-    interval_job = make_job("poll", Every(seconds=300))
+    cron_job = new_job("nightly", TASK, Cron(expr="30 2 * * *", tz="Europe/Paris"))
+    interval_job = new_job("poll", TASK, Every(seconds=300))
 
     cron_form = admin_client.get(change_url(cron_job)).context["adminform"].form
     interval_form = admin_client.get(change_url(interval_job)).context["adminform"].form
@@ -333,7 +328,7 @@ def test_change_page_prefills_the_schedule(admin_client):
 
 
 def test_operator_edit_takes_the_job_over_from_code(admin_client):
-    declared = make_job("report", managed_by_code=True)
+    declared = new_job("report", TASK, MINUTELY, managed_by_code=True)
     data = form_data(schedule_type="cron", cron="0 6 * * *", timezone="Asia/Tokyo", every="")
 
     response = admin_client.post(change_url(declared), data)
@@ -348,7 +343,7 @@ def test_operator_edit_takes_the_job_over_from_code(admin_client):
 
 def test_unchanged_interval_keeps_its_anchor(admin_client):
     anchor = datetime(2024, 1, 1, 0, 0, 7, tzinfo=UTC)
-    anchored = make_job("report", Every(seconds=60, anchor=anchor))
+    anchored = new_job("report", TASK, Every(seconds=60, anchor=anchor))
 
     response = admin_client.post(change_url(anchored), form_data(every="1m", max_retries="3"))
 
@@ -359,7 +354,7 @@ def test_unchanged_interval_keeps_its_anchor(admin_client):
 
 
 def test_switching_to_continuous_removes_the_beat_entry(admin_client):
-    periodic = make_job("report")
+    periodic = new_job("report", TASK, MINUTELY)
 
     response = admin_client.post(change_url(periodic), form_data(schedule_type="continuous"))
 
@@ -370,7 +365,7 @@ def test_switching_to_continuous_removes_the_beat_entry(admin_client):
 
 
 def test_bad_edit_changes_nothing(admin_client):
-    existing = make_job("report")
+    existing = new_job("report", TASK, MINUTELY)
 
     response = admin_client.post(change_url(existing), form_data(every="0s", max_retries="5"))
 
@@ -381,7 +376,7 @@ def test_bad_edit_changes_nothing(admin_client):
 
 
 def test_delete_removes_beat_entry_and_runs(admin_client):
-    doomed = make_job("report")
+    doomed = new_job("report", TASK, MINUTELY)
     JobRun.objects.create(job=doomed, scheduled_for=timezone.now())
 
     confirm = admin_client.get(reverse("admin:jobs_job_delete", args=[doomed.pk]))
@@ -401,7 +396,7 @@ def test_delete_removes_beat_entry_and_runs(admin_client):
 
 
 def _job_with_history(name: str) -> Job:
-    created = make_job(name)
+    created = new_job(name, TASK, MINUTELY)
     now = timezone.now()
     for minutes, status in ((3, RunStatus.FAILED), (2, RunStatus.SUCCEEDED)):
         JobRun.objects.create(
@@ -438,8 +433,8 @@ def test_changelist_query_count_does_not_grow_with_jobs(admin_client):
 
 
 def test_changelist_search_and_filters(admin_client):
-    make_job("report")
-    make_job("cleanup")
+    new_job("report", TASK, MINUTELY)
+    new_job("cleanup", TASK, MINUTELY)
 
     found = admin_client.get(CHANGELIST_URL, {"q": "clean"})
     paused = admin_client.get(CHANGELIST_URL, {"enabled__exact": "0"})
@@ -454,7 +449,7 @@ def _act(admin_client, action: str, *jobs_: Job) -> Any:
 
 
 def test_pause_and_resume_actions(admin_client):
-    target = make_job("report")
+    target = new_job("report", TASK, MINUTELY)
 
     paused = _act(admin_client, "pause", target)
     target.refresh_from_db()
@@ -468,7 +463,7 @@ def test_pause_and_resume_actions(admin_client):
 
 
 def test_pause_is_not_an_edit(admin_client):
-    declared = make_job("report", managed_by_code=True)
+    declared = new_job("report", TASK, MINUTELY, managed_by_code=True)
 
     _act(admin_client, "pause", declared)
 
@@ -486,7 +481,7 @@ def test_release_lease_action(admin_client):
 
 
 def test_run_now_action_records_a_manual_run(admin_client):
-    target = make_job("report")
+    target = new_job("report", TASK, MINUTELY)
 
     response = _act(admin_client, "run_now", target)
 
@@ -496,7 +491,7 @@ def test_run_now_action_records_a_manual_run(admin_client):
 
 
 def test_change_page_lists_recent_runs_read_only(admin_client):
-    busy = make_job("report")
+    busy = new_job("report", TASK, MINUTELY)
     start = timezone.now() - timedelta(hours=1)
     JobRun.objects.bulk_create(
         JobRun(job=busy, scheduled_for=start + timedelta(minutes=i)) for i in range(25)
@@ -536,7 +531,7 @@ def test_history_pages_render_and_refuse_add(admin_client, model):
 
 
 def test_run_detail_shows_error_traceback_and_job_link(admin_client):
-    failed = make_job("report")
+    failed = new_job("report", TASK, MINUTELY)
     run = JobRun.objects.create(
         job=failed,
         scheduled_for=timezone.now(),
@@ -600,7 +595,7 @@ INSTANT = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 
 def _five_runs_ten_seconds_apart(name: str = "report") -> tuple[Job, list[JobRun]]:
-    ticking = make_job(name, schedule=Every(seconds=10))
+    ticking = new_job(name, TASK, Every(seconds=10))
     runs = [
         JobRun.objects.create(
             job=ticking,
@@ -734,8 +729,8 @@ def test_the_nodes_filter_lists_only_nodes_in_the_chosen_state(admin_client, sta
 
 
 def test_a_paused_job_wears_a_badge_in_the_list(admin_client):
-    make_job("running-one")
-    paused = make_job("paused-one")
+    new_job("running-one", TASK, MINUTELY)
+    paused = new_job("paused-one", TASK, MINUTELY)
     services.set_enabled(paused, False, actor=Actor.code("tests"))
 
     page = admin_client.get(CHANGELIST_URL).content.decode()
@@ -813,7 +808,7 @@ def _readonly_rows(page: str) -> dict[str, str]:
 
 def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_client):
     # Issue 29: "Lease holder #token" listed the jobs after it, and that row was missing.
-    make_job("first")
+    new_job("first", TASK, MINUTELY)
     tests = Actor.code("tests")
     middle = services.create_job(
         services.JobDefinition(name="middle", task=TASK, schedule=Every(60), after=["first"]),
@@ -862,8 +857,8 @@ def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_cli
 
 def test_a_job_s_after_choices_are_the_jobs_it_may_run_after(admin_client):
     # Issue 29: the choices offered the job itself (and continuous jobs never end a run).
-    job_ = make_job("middle")
-    make_job("first")
+    job_ = new_job("middle", TASK, MINUTELY)
+    new_job("first", TASK, MINUTELY)
     services.create_job(
         services.JobDefinition(name="poller", task=TASK, schedule=None), actor=Actor.code("tests")
     )
@@ -877,7 +872,7 @@ def test_a_job_s_after_choices_are_the_jobs_it_may_run_after(admin_client):
 def test_a_continuous_job_s_hidden_after_choices_are_not_read(admin_client):
     # The page hides "After" for a continuous job; what it still holds (chosen before the
     # operator switched kinds) is not an error on a field the operator cannot see.
-    make_job("first")
+    new_job("first", TASK, MINUTELY)
     data = form_data(name="poller", schedule_type="continuous", after="first")
 
     response = admin_client.post(ADD_URL, data)

@@ -92,7 +92,7 @@ def _seen(log: Path) -> list[dict[str, Any]]:
 
 
 def test_a_rows_headers_and_its_name_reach_the_task_as_under_stock_beat(
-    tmp_path: Path, broker: redis.Redis, clock: Clock
+    tmp_path: Path, redis_broker: redis.Redis, clock: Clock
 ) -> None:
     log = tmp_path / "seen.log"
     headers = {"tenant": "acme", "trace": {"sampled": True, "ids": [1, 2]}}
@@ -126,7 +126,7 @@ def test_a_rows_headers_and_its_name_reach_the_task_as_under_stock_beat(
 
 
 def test_a_plain_job_without_headers_sees_no_custom_header(
-    tmp_path: Path, broker: redis.Redis
+    tmp_path: Path, redis_broker: redis.Redis
 ) -> None:
     log = tmp_path / "seen.log"
     job = Job.objects.create(name="plain", task=HEADERS, args=[str(log)], queue=QUEUE)
@@ -176,7 +176,7 @@ def test_headers_follow_edits_both_ways() -> None:
 
 
 def test_an_expiring_row_has_slots_until_then_each_message_expiring_with_it(
-    broker: redis.Redis, clock: Clock
+    redis_broker: redis.Redis, clock: Clock
 ) -> None:
     expires = clock.now + timedelta(seconds=25)
     _entry("until then", args='["/dev/null"]', expires=expires)
@@ -200,7 +200,10 @@ def test_an_expiring_row_has_slots_until_then_each_message_expiring_with_it(
 
 
 def test_a_run_past_its_jobs_expiry_does_not_run_and_the_job_is_paused_visibly(
-    tmp_path: Path, broker: redis.Redis, admin_client: Client, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    redis_broker: redis.Redis,
+    admin_client: Client,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     log = tmp_path / "seen.log"
     entry = _entry("expired", args=json.dumps([str(log)]), expires=timezone.now() + timedelta(1))
@@ -243,7 +246,7 @@ def test_a_row_with_both_expiries_is_refused_as_django_celery_beat_refuses_it() 
 
 
 def test_a_one_off_row_runs_its_first_slot_once_across_beats_then_is_paused(
-    tmp_path: Path, broker: redis.Redis, clock: Clock, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis_broker: redis.Redis, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     log = tmp_path / "seen.log"
     # The first slot 10 to 20 s in the past: the resume below comes after it whenever the
@@ -321,7 +324,7 @@ def test_a_clocked_one_off_row_is_once_by_its_schedule() -> None:
 
 
 def test_a_disabled_row_becomes_a_paused_job_that_its_page_can_resume(
-    tmp_path: Path, broker: redis.Redis, clock: Clock, admin_client: Client
+    tmp_path: Path, redis_broker: redis.Redis, clock: Clock, admin_client: Client
 ) -> None:
     log = tmp_path / "seen.log"
     entry = _entry("dormant", task=APPEND, args=json.dumps([str(log)]), enabled=False)
@@ -354,7 +357,7 @@ def test_a_disabled_row_becomes_a_paused_job_that_its_page_can_resume(
 
 
 def test_one_task_in_several_rows_becomes_several_jobs_each_with_its_arguments(
-    tmp_path: Path, broker: redis.Redis, clock: Clock
+    tmp_path: Path, redis_broker: redis.Redis, clock: Clock
 ) -> None:
     log = tmp_path / "runs.log"
     for city in ("paris", "tokyo", "lima"):

@@ -1,5 +1,5 @@
 """Property-based fuzzing of the API (hypothesis, through the Django test client, with a valid
-token), beyond the schema's fuzz (test_api_schema.py):
+token), beyond the schema's fuzz (test_openapi.py):
 
 - path parameters: every route of the URLconf under ``/api/``, with each method it allows,
   answers a NUL, a control character, a line separator or a very long value in any path

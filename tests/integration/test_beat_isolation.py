@@ -100,7 +100,7 @@ CORRUPTIONS = {
 def test_a_corrupted_row_sets_its_job_aside_and_every_other_job_keeps_its_slots(
     corruption: str,
     make_job: Callable[..., Job],
-    broker: redis.Redis,
+    redis_broker: redis.Redis,
     start: datetime,
 ) -> None:
     healthy = make_job("healthy", schedule=Every(10), queue=QUEUE)
@@ -121,7 +121,7 @@ def test_a_corrupted_row_sets_its_job_aside_and_every_other_job_keeps_its_slots(
 
 
 def test_a_row_corrupted_while_the_beat_runs_is_set_aside_and_picked_up_again_when_fixed(
-    make_job: Callable[..., Job], broker: redis.Redis, start: datetime
+    make_job: Callable[..., Job], redis_broker: redis.Redis, start: datetime
 ) -> None:
     healthy = make_job("healthy", schedule=Every(10), queue=QUEUE)
     broken = make_job("broken", schedule=Cron("11 5 * * *"), queue=QUEUE)
@@ -148,7 +148,7 @@ def test_a_row_corrupted_while_the_beat_runs_is_set_aside_and_picked_up_again_wh
 
 def test_a_job_whose_next_slot_cannot_be_computed_at_fire_time_is_set_aside_alone(
     make_job: Callable[..., Job],
-    broker: redis.Redis,
+    redis_broker: redis.Redis,
     start: datetime,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -172,7 +172,7 @@ def test_a_job_whose_next_slot_cannot_be_computed_at_fire_time_is_set_aside_alon
 
 def test_a_bug_in_one_tick_does_not_stop_the_beat(
     make_job: Callable[..., Job],
-    broker: redis.Redis,
+    redis_broker: redis.Redis,
     start: datetime,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -189,7 +189,7 @@ def test_a_bug_in_one_tick_does_not_stop_the_beat(
 
 
 def test_errors_of_jobs_that_are_paused_or_deleted_are_cleared(
-    make_job: Callable[..., Job], broker: redis.Redis, start: datetime
+    make_job: Callable[..., Job], redis_broker: redis.Redis, start: datetime
 ) -> None:
     broken = make_job("broken", schedule=Cron("9 4 * * *"), queue=QUEUE)
     statement, _ = CORRUPTIONS["unknown time zone"]
@@ -203,7 +203,7 @@ def test_errors_of_jobs_that_are_paused_or_deleted_are_cleared(
 
 
 def test_a_job_with_a_broken_schedule_can_be_paused_resumed_and_removed(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     broken = make_job("broken", schedule=Cron("9 4 * * *"), queue=QUEUE)
     statement, _ = CORRUPTIONS["time zone that is a directory"]

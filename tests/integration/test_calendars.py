@@ -22,7 +22,7 @@ from jobs import backfill, services
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import AuditEntry, Blackout, Job, JobRun, RunStatus, ScheduleError
-from jobs.schedule.kinds import Cron, Every
+from jobs.schedule.kinds import Cron
 from jobs.web import tokens
 from project.celery import app
 
@@ -43,9 +43,9 @@ class Clock:
         return self.now
 
 
-def _job(make_job: Callable[..., Job], name: str, **policies: object) -> Job:
-    job = make_job(name, schedule=policies.pop("schedule", Every(3600)), queue=QUEUE, **policies)
-    Job.objects.filter(pk=job.pk).update(updated_at=START)  # owed nothing before START
+def _owed_from(start: datetime, job: Job) -> Job:
+    """``job``, as if created at ``start``: owed no slot before it."""
+    Job.objects.filter(pk=job.pk).update(updated_at=start)
     return job
 
 
@@ -66,9 +66,10 @@ def _records(job: Job) -> list[tuple[datetime, str, str]]:
 
 
 def test_slots_in_a_blackout_window_are_recorded_skipped_and_not_published(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
-    frozen, other = _job(make_job, "frozen"), _job(make_job, "other")
+    frozen = _owed_from(START, make_job("frozen", queue=QUEUE))
+    other = _owed_from(START, make_job("other", queue=QUEUE))
     services.add_blackout(
         "release-freeze", START + timedelta(hours=2), START + timedelta(hours=4), actor=ACTOR
     )
@@ -86,19 +87,20 @@ def test_slots_in_a_blackout_window_are_recorded_skipped_and_not_published(
     assert other_skipped == [START + timedelta(hours=h) for h in (2, 3, 5)]
     assert len(_records(frozen)) == 6  # hours 1..6: every slot has its one record
     published = JobRun.objects.filter(status=RunStatus.SCHEDULED).count()
-    assert broker.llen(QUEUE) == published == 6 + 6 - 5
+    assert redis_broker.llen(QUEUE) == published == 6 + 6 - 5
 
 
 def test_a_business_days_job_skips_weekends_and_its_holidays_in_its_time_zone(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
-    job = _job(
-        make_job,
+    job = make_job(
         "payroll",
         schedule=Cron(expr="0 9 * * *", tz="America/New_York"),
         business_days_only=True,
         holiday_calendar="US",
+        queue=QUEUE,
     )
+    _owed_from(START, job)
     _run_beat(START + timedelta(days=5), step=timedelta(minutes=30))
     records = [(slot.date().isoformat(), status, error) for slot, status, error in _records(job)]
     assert records == [
@@ -110,22 +112,23 @@ def test_a_business_days_job_skips_weekends_and_its_holidays_in_its_time_zone(
         ("2025-12-28", RunStatus.SKIPPED,
          "weekend: Sunday 2025-12-28 (America/New_York) is not a business day"),
     ]  # fmt: skip
-    assert broker.llen(QUEUE) == 2
+    assert redis_broker.llen(QUEUE) == 2
 
 
 def test_no_slot_is_recorded_outside_the_active_period(make_job: Callable[..., Job]) -> None:
-    job = _job(
-        make_job,
+    job = make_job(
         "campaign",
         active_from=START + timedelta(hours=2),
         active_until=START + timedelta(hours=4),
+        queue=QUEUE,
     )
+    _owed_from(START, job)
     _run_beat(START + timedelta(hours=6, minutes=1))
     assert [slot for slot, _, _ in _records(job)] == [START + timedelta(hours=h) for h in (2, 3, 4)]
 
 
 def test_a_backfill_skips_what_the_beats_would(make_job: Callable[..., Job]) -> None:
-    job = _job(make_job, "fill", business_days_only=True)
+    job = _owed_from(START, make_job("fill", business_days_only=True, queue=QUEUE))
     services.add_blackout(
         "freeze", START + timedelta(hours=1), START + timedelta(hours=2), actor=ACTOR
     )
@@ -149,8 +152,8 @@ def test_a_backfill_skips_what_the_beats_would(make_job: Callable[..., Job]) -> 
 def test_a_holiday_calendar_written_around_validation_sets_the_job_aside(
     make_job: Callable[..., Job],
 ) -> None:
-    job = _job(make_job, "broken")
-    healthy = _job(make_job, "healthy")
+    job = _owed_from(START, make_job("broken", queue=QUEUE))
+    healthy = _owed_from(START, make_job("healthy", queue=QUEUE))
     with connection.cursor() as cursor:
         cursor.execute("UPDATE jobs_job SET holiday_calendar = 'XX' WHERE id = %s", [job.pk])
     _run_beat(START + timedelta(hours=2, minutes=1))

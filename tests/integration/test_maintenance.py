@@ -43,7 +43,7 @@ def _pass(**kwargs: object) -> maintenance.PassReport | None:
 
 
 def test_stranded_runs_are_republished_once_and_fresh_ones_left_alone(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
     stranded = _run(job, age=60, dispatched=30)  # its message was lost, e.g. a Redis flush
@@ -53,7 +53,7 @@ def test_stranded_runs_are_republished_once_and_fresh_ones_left_alone(
     before = dict(JobRun.objects.values_list("pk", "dispatched_at"))
     report = _pass()
     assert report is not None and report.republished == 2
-    assert broker.llen(QUEUE) == 2
+    assert redis_broker.llen(QUEUE) == 2
     after = dict(JobRun.objects.values_list("pk", "dispatched_at"))
     changed = {pk for pk in after if after[pk] != before[pk]}
     assert changed == {stranded.pk, never_sent.pk}  # stamped: the next pass waits again
@@ -61,7 +61,7 @@ def test_stranded_runs_are_republished_once_and_fresh_ones_left_alone(
 
     report = _pass()  # right away again: nothing is due for re-publishing yet
     assert report is not None and report.republished == 0
-    assert broker.llen(QUEUE) == 2
+    assert redis_broker.llen(QUEUE) == 2
     assert JobRun.objects.filter(status=RunStatus.SCHEDULED).count() == 4
 
 
@@ -74,28 +74,28 @@ def _sent(job: Job, count: int, *, age: float) -> list[JobRun]:
 
 
 def test_runs_whose_messages_still_wait_in_their_queue_are_not_republished(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     # The workers are stopped or busy: every message is still queued, however old.
     job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
     _sent(job, 3, age=60)
     report = _pass()
     assert report is not None and report.republished == 0
-    assert broker.llen(QUEUE) == 3
+    assert redis_broker.llen(QUEUE) == 3
 
 
 def test_a_queue_short_of_messages_gets_only_the_missing_ones_oldest_first(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
     runs = _sent(job, 5, age=60)
     for _ in range(2):  # the two oldest messages: a worker holds them unclaimed, or they were lost
-        assert broker.rpop(QUEUE) is not None
+        assert redis_broker.rpop(QUEUE) is not None
     fresh = _sent(job, 1, age=1)[0]  # sent just now: counted as queued, never re-published
     before = dict(JobRun.objects.values_list("pk", "dispatched_at"))
     report = _pass()
     assert report is not None and report.republished == 2
-    assert broker.llen(QUEUE) == 6
+    assert redis_broker.llen(QUEUE) == 6
     after = dict(JobRun.objects.values_list("pk", "dispatched_at"))
     oldest_two = sorted(runs, key=lambda run: run.scheduled_for)[:2]
     assert {pk for pk in after if after[pk] != before[pk]} == {run.pk for run in oldest_two}
@@ -103,7 +103,7 @@ def test_a_queue_short_of_messages_gets_only_the_missing_ones_oldest_first(
 
 
 def test_messages_on_their_way_or_taken_while_the_queue_is_read_are_never_counted_missing(
-    make_job: Callable[..., Job], broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    make_job: Callable[..., Job], redis_broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The readings of the runs and of the queue cannot be taken at one instant. Whatever
     happens between them, a message that is in the queue, or on its way to it, or that a worker
@@ -116,7 +116,7 @@ def test_messages_on_their_way_or_taken_while_the_queue_is_read_are_never_counte
 
     def depths_while_the_cluster_moves(connection: object, queues: list[str]) -> object:
         # Just before the depth is read, a worker takes the oldest message and claims its run.
-        assert broker.rpop(QUEUE) is not None
+        assert redis_broker.rpop(QUEUE) is not None
         JobRun.objects.filter(pk=queued[0].pk).update(status=RunStatus.RUNNING)
         depths = real_depths(connection, queues)
         # Right after: that beat publishes its run and stamps it, and another beat records,
@@ -129,11 +129,11 @@ def test_messages_on_their_way_or_taken_while_the_queue_is_read_are_never_counte
     monkeypatch.setattr(maintenance.queue_depth, "waiting_messages", depths_while_the_cluster_moves)
     report = _pass()
     assert report is not None and report.republished == 0
-    assert broker.llen(QUEUE) == 4  # two of the stranded runs' and the two new ones'
+    assert redis_broker.llen(QUEUE) == 4  # two of the stranded runs' and the two new ones'
 
 
 def test_only_runs_whose_messages_went_out_are_stamped_sent(
-    make_job: Callable[..., Job], broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    make_job: Callable[..., Job], redis_broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """dispatched_at says the message went out (the beat stamps what ``published`` names): a
     run whose publish failed stays unstamped, a never-sent run for maintenance, which publishes
@@ -154,11 +154,11 @@ def test_only_runs_whose_messages_went_out_are_stamped_sent(
     slot_records.mark_published(publisher.published)
     stamped = dict(JobRun.objects.values_list("pk", "dispatched_at"))
     assert stamped[out.pk] is not None and stamped[failing.pk] is None
-    assert broker.llen(QUEUE) == 1
+    assert redis_broker.llen(QUEUE) == 1
 
 
 def test_runs_past_their_deadline_are_recorded_missed_not_republished(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=30)
     late = _run(job, age=45, dispatched=45)
@@ -167,12 +167,12 @@ def test_runs_past_their_deadline_are_recorded_missed_not_republished(
     late.refresh_from_db()
     assert late.status == RunStatus.MISSED
     assert "start deadline of 30 s" in late.error and late.finished_at is not None
-    assert broker.llen(QUEUE) == 0
+    assert redis_broker.llen(QUEUE) == 0
 
 
 @pytest.mark.parametrize("trigger", [Trigger.CALL, Trigger.UPSTREAM])
 def test_calls_and_downstream_runs_whose_message_was_lost_are_republished_then_missed(
-    make_job: Callable[..., Job], broker: redis.Redis, trigger: str
+    make_job: Callable[..., Job], redis_broker: redis.Redis, trigger: str
 ) -> None:
     """Found by the nemesis (seed 7, docs/nemesis.md): a guarded call's run and a downstream
     run whose message a broker flush lost stayed scheduled for ever, neither re-published nor
@@ -182,7 +182,7 @@ def test_calls_and_downstream_runs_whose_message_was_lost_are_republished_then_m
     never_sent = _run(job, age=120, dispatched=None, trigger=trigger)
     report = _pass()
     assert report is not None and report.republished == 2
-    assert broker.llen(QUEUE) == 2
+    assert redis_broker.llen(QUEUE) == 2
     assert set(JobRun.objects.values_list("pk", flat=True).filter(dispatched_at__gt=timezone.now()
                - timedelta(seconds=5))) == {stranded.pk, never_sent.pk}  # fmt: skip
 
@@ -196,13 +196,13 @@ def test_calls_and_downstream_runs_whose_message_was_lost_are_republished_then_m
     assert late.status == RunStatus.MISSED and "start deadline of 30 s" in late.error
 
 
-def test_one_pass_at_a_time(make_job: Callable[..., Job], broker: redis.Redis) -> None:
+def test_one_pass_at_a_time(make_job: Callable[..., Job], redis_broker: redis.Redis) -> None:
     job = make_job(schedule=Every(60), queue=QUEUE, start_deadline=600)
     _run(job, age=60, dispatched=60)
     held = lease.acquire(maintenance.LEASE_KEY, "another-beat", 30)
     assert held is not None
     assert _pass() is None
-    assert broker.llen(QUEUE) == 0
+    assert redis_broker.llen(QUEUE) == 0
     lease.release(held)
     report = _pass()
     assert report is not None and report.republished == 1
@@ -210,7 +210,7 @@ def test_one_pass_at_a_time(make_job: Callable[..., Job], broker: redis.Redis) -
 
 
 def test_the_loop_runs_passes_in_the_background_until_stopped(
-    make_job: Callable[..., Job], broker: redis.Redis
+    make_job: Callable[..., Job], redis_broker: redis.Redis
 ) -> None:
     from project.celery import app
 

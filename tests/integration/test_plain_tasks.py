@@ -23,7 +23,7 @@ from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
-from jobs.services import JobDefinition, create_job
+from tests.support.job_factory import new_job
 from tests.support.worker_threads import on_a_worker_thread, wait_for_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,18 +35,6 @@ FENCED = "tests.support.plain_tasks.fenced_write"
 BOOM = "tests.support.plain_tasks.boom"
 HOURLY = Every(3600)
 TESTS = Actor.code("tests")
-
-
-def _plain_job(name: str, task: str = APPEND, **fields: Any) -> Job:
-    schedule = fields.pop("schedule", HOURLY)
-    kwargs = fields.pop("kwargs", {})
-    args = fields.pop("args", [])
-    return create_job(
-        JobDefinition(
-            name=name, task=task, schedule=schedule, args=args, kwargs=kwargs, policies=fields
-        ),
-        actor=TESTS,
-    )
 
 
 def _run_for(job: Job) -> JobRun:
@@ -117,16 +105,16 @@ def test_arguments_that_do_not_fit_a_plain_task_are_refused_on_their_field(
     task: str, args: list[Any], kwargs: dict[str, Any], field: str, message: str
 ) -> None:
     with pytest.raises(ValidationError) as info:
-        _plain_job("bad", task, args=args, kwargs=kwargs)
+        new_job("bad", task, args=args, kwargs=kwargs)
     assert message in " ".join(info.value.message_dict[field])
     assert not Job.objects.filter(name="bad").exists()
 
 
 def test_a_continuous_job_needs_a_task_that_watches_ctx() -> None:
     with pytest.raises(ValidationError) as info:
-        _plain_job("loop", args=["l"], schedule=None)
+        new_job("loop", APPEND, args=["l"], schedule=None)
     assert "can only be periodic" in info.value.message_dict["kind"][0]
-    assert _plain_job("loop", WITH_CTX, args=["l"], schedule=None).kind == "continuous"
+    assert new_job("loop", WITH_CTX, args=["l"], schedule=None).kind == "continuous"
 
 
 # --- how a run is sent ----------------------------------------------------------------------
@@ -137,7 +125,7 @@ def test_a_plain_task_run_goes_to_the_guarded_runner_shadowed_as_the_job(
 ) -> None:
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(current_app, "send_task", lambda name, **opts: sent.append((name, opts)))
-    job = _plain_job("nightly", args=["l"])
+    job = new_job("nightly", APPEND, args=["l"])
     run = _run_for(job)
     assert dispatch.publish_many([(job, run.pk, run.scheduled_for)]) == 1
     [(name, options)] = sent
@@ -149,7 +137,7 @@ def test_a_plain_task_run_goes_to_the_guarded_runner_shadowed_as_the_job(
 def test_a_job_naming_celerys_own_task_is_never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[str] = []
     monkeypatch.setattr(current_app, "send_task", lambda name, **opts: sent.append(name))
-    job = _plain_job("cleanup", args=["l"])
+    job = new_job("cleanup", APPEND, args=["l"])
     Job.objects.filter(pk=job.pk).update(task="celery.chord_unlock")
     job.refresh_from_db()
     run = _run_for(job)
@@ -164,7 +152,7 @@ def test_a_job_naming_celerys_own_task_is_never_sent(monkeypatch: pytest.MonkeyP
 
 def test_a_plain_task_runs_once_under_the_lease_with_its_arguments(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    run = _run_for(_plain_job("plain", args=[str(log)], kwargs={"note": "hello"}))
+    run = _run_for(new_job("plain", APPEND, args=[str(log)], kwargs={"note": "hello"}))
     execute_run(run.pk, task_id="task-1", node="node-a")
     execute_run(run.pk, task_id="task-1", node="node-b")  # a redelivery
     run.refresh_from_db()
@@ -177,7 +165,7 @@ def test_a_plain_task_runs_once_under_the_lease_with_its_arguments(tmp_path: Pat
 
 def test_a_bound_task_gets_itself_first(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    run = _run_for(_plain_job("bound", BOUND, args=[str(log)], kwargs={"note": "b"}))
+    run = _run_for(new_job("bound", BOUND, args=[str(log)], kwargs={"note": "b"}))
     execute_run(run.pk, task_id="t", node="n")
     run.refresh_from_db()
     assert (run.status, run.result) == (RunStatus.SUCCEEDED, BOUND)
@@ -186,7 +174,7 @@ def test_a_bound_task_gets_itself_first(tmp_path: Path) -> None:
 
 def test_a_task_declaring_ctx_gets_the_runs_context(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    run = _run_for(_plain_job("ctx", WITH_CTX, args=[str(log)]))
+    run = _run_for(new_job("ctx", WITH_CTX, args=[str(log)]))
     execute_run(run.pk, task_id="t", node="n")
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
@@ -196,7 +184,7 @@ def test_a_task_declaring_ctx_gets_the_runs_context(tmp_path: Path) -> None:
 
 def test_a_plain_task_is_skipped_while_another_run_holds_the_lease(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    job = _plain_job("plain", args=[str(log)])
+    job = new_job("plain", APPEND, args=[str(log)])
     assert lease.acquire(job.lock_key, "other-node:1:run-99", 30) is not None
     run = _run_for(job)
     execute_run(run.pk, task_id="t", node="n")
@@ -207,7 +195,7 @@ def test_a_plain_task_is_skipped_while_another_run_holds_the_lease(tmp_path: Pat
 
 def test_a_plain_task_whose_lease_is_taken_away_is_recorded_lost(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    job = _plain_job("slow", args=[str(log)], kwargs={"seconds": 2.0}, lease_ttl=3)
+    job = new_job("slow", APPEND, args=[str(log)], kwargs={"seconds": 2.0}, lease_ttl=3)
     run = _run_for(job)
     worker = on_a_worker_thread(run.pk)
     wait_for_token(run.pk)
@@ -224,7 +212,7 @@ def test_a_plain_task_whose_lease_is_taken_away_is_recorded_lost(tmp_path: Path)
 
 def test_a_task_with_ctx_sees_stopping_and_its_fenced_write_is_refused(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    job = _plain_job("fenced", FENCED, args=[str(log)], lease_ttl=3)
+    job = new_job("fenced", FENCED, args=[str(log)], lease_ttl=3)
     run = _run_for(job)
     worker = on_a_worker_thread(run.pk)
     wait_for_token(run.pk)
@@ -240,7 +228,7 @@ def test_a_task_with_ctx_sees_stopping_and_its_fenced_write_is_refused(tmp_path:
 def test_a_failing_plain_task_is_recorded_and_retried_per_the_job(
     published: list[tuple[int, Any]],
 ) -> None:
-    run = _run_for(_plain_job("boom", BOOM, max_retries=1))
+    run = _run_for(new_job("boom", BOOM, max_retries=1))
     execute_run(run.pk, task_id="t", node="n")
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED

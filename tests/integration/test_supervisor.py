@@ -24,8 +24,8 @@ from jobs.continuous.nodes import NodeInfo
 from jobs.continuous.supervisor import _VERSION, Supervisor, node_of
 from jobs.guard import lease
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
-from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import wait_for
+from tests.support.job_factory import new_job
 from tests.support.jobs_continuous import fenced_token_regressions, read_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,10 +41,7 @@ def log(tmp_path: Path) -> Path:
 @pytest.fixture
 def make_continuous(log: Path) -> Callable[..., Job]:
     def make(name: str, task: str = "tests.continuous.step", **policies: Any) -> Job:
-        definition = JobDefinition(
-            name=name, task=task, schedule=None, kwargs={"log": str(log)}, policies=policies
-        )
-        return create_job(definition, actor=Actor.code("tests"))
+        return new_job(name, task, None, log=log, **policies)
 
     return make
 
@@ -329,15 +326,7 @@ def test_a_continuous_job_whose_lock_key_cannot_be_derived_leaves_the_others_sup
     make_continuous: Callable[..., Job], supervisors: Callable[..., Supervisor], log: Path
 ) -> None:
     healthy = make_continuous("c0")
-    broken = create_job(
-        JobDefinition(
-            name="by-city",
-            task="tests.by_city",
-            schedule=None,
-            kwargs={"log": str(log), "city": "Paris"},
-        ),
-        actor=Actor.code("tests"),
-    )
+    broken = new_job("by-city", "tests.by_city", None, kwargs={"city": "Paris"}, log=log)
     # Written around validation: a key longer than the lease column.
     Job.objects.filter(pk=broken.pk).update(kwargs={"log": str(log), "city": "x" * 300})
     a = supervisors("a@h")

@@ -1,7 +1,7 @@
 """Django 6's Tasks framework on the cluster (``jobs.django_tasks``): ``enqueue()`` records a
 guarded run of the task's own job and publishes it through Celery; ``get_result()`` answers
 from the run's record; a ``@task`` is a job's task like any registered one. Real PostgreSQL; the
-worker is ``execute_run`` (on threads where two runs overlap), as in test_guarded_calls.py.
+worker is ``execute_run`` (on threads where two runs overlap), as in test_calls.py.
 
 Django 5.2 has no ``django.tasks``: skipped there (CI runs this module on Django 6 too)."""
 

@@ -20,7 +20,7 @@ def test_every_module_imports_on_this_django(module: str) -> None:
 
 def test_without_django_tasks_the_backend_says_it_needs_django_6() -> None:
     if framework.AVAILABLE:
-        pytest.skip("this Django has django.tasks (tests/integration/test_django_tasks.py)")
+        pytest.skip("this Django has django.tasks (tests/integration/test_backend.py)")
     with pytest.raises(ImproperlyConfigured, match=r"needs Django 6\.0's django\.tasks"):
         ClusterTaskBackend("default", {})
 

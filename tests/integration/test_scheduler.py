@@ -70,7 +70,7 @@ def _backdate(job: Job, when: datetime) -> None:
 
 
 def test_two_beats_firing_the_same_slot_create_one_run_and_one_message(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     job = make_job(schedule=Every(10), queue=QUEUE)
     first, second = _beat(clock), _beat(clock)
@@ -79,24 +79,24 @@ def test_two_beats_firing_the_same_slot_create_one_run_and_one_message(
         _tick(beat, slot + timedelta(milliseconds=5))
         _tick(beat, slot + timedelta(seconds=10, milliseconds=5))
     assert _slots(job) == [slot, slot + timedelta(seconds=10)]
-    assert broker.llen(QUEUE) == 2
+    assert redis_broker.llen(QUEUE) == 2
 
 
 def test_all_due_slots_of_a_tick_go_out_in_one_pass(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     for n in range(25):
         make_job(f"j{n}", schedule=Every(5), queue=QUEUE)
     beat = _beat(clock)
     _tick(beat, clock.now + timedelta(seconds=5))
     assert JobRun.objects.filter(scheduled_for=clock.now + timedelta(seconds=5)).count() == 25
-    assert broker.llen(QUEUE) == 25
+    assert redis_broker.llen(QUEUE) == 25
     assert not JobRun.objects.filter(dispatched_at__isnull=True).exists()
 
 
 def test_edits_are_picked_up_on_the_next_tick_by_reading_only_the_edited_jobs(
     make_job: Callable[..., Job],
-    broker: redis.Redis,
+    redis_broker: redis.Redis,
     clock: VirtualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -161,7 +161,7 @@ def test_a_shared_schedule_row_edit_reaches_every_job_using_it(
 
 @pytest.mark.parametrize("offset", [-0.45, -0.2, 0.2, 0.45])
 def test_clock_skew_below_half_the_interval_changes_no_slot(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock, offset: float
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock, offset: float
 ) -> None:
     """Three beats, one exact, one skewed by ``offset`` intervals, one by half that the other
     way, tick at jittered instants: every slot of the window has exactly one record."""
@@ -185,7 +185,7 @@ def test_clock_skew_below_half_the_interval_changes_no_slot(
     grid = [slots[0] + timedelta(seconds=interval * i) for i in range(len(slots))]
     assert slots == grid  # on the grid, no gaps, none twice, none extra
     assert slots[-1] >= clock.now - timedelta(seconds=interval)
-    assert broker.llen(QUEUE) == len(slots)
+    assert redis_broker.llen(QUEUE) == len(slots)
 
 
 def _run_at(job: Job, slot: datetime, status: RunStatus = RunStatus.SUCCEEDED) -> None:
@@ -193,7 +193,7 @@ def _run_at(job: Job, slot: datetime, status: RunStatus = RunStatus.SUCCEEDED) -
 
 
 def test_start_up_after_every_beat_was_down_applies_the_catch_up_policies(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     latest = make_job("latest", schedule=Every(10), queue=QUEUE, catch_up="latest")
     none = make_job("none", schedule=Every(10), queue=QUEUE, catch_up="none")
@@ -223,11 +223,11 @@ def test_start_up_after_every_beat_was_down_applies_the_catch_up_policies(
     assert newest["none"].status == RunStatus.MISSED  # 6 s late: not current (grace 5 s)
     assert newest["stale"].status == RunStatus.MISSED  # 6 s late: past its 3 s deadline
     assert "past its start deadline of 3 s" in newest["stale"].error
-    assert broker.llen(QUEUE) == 1
+    assert redis_broker.llen(QUEUE) == 1
 
 
 def test_start_up_runs_a_none_job_s_current_slot(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     job = make_job(schedule=Every(60), queue=QUEUE, catch_up="none")
     _backdate(job, clock.now - timedelta(hours=1))
@@ -244,7 +244,7 @@ def test_start_up_runs_a_none_job_s_current_slot(
 
 
 def test_catch_up_after_a_long_outage_records_at_most_a_thousand_slots(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     job = make_job(schedule=Every(1), queue=QUEUE)
     _backdate(job, clock.now - timedelta(days=2))
@@ -259,7 +259,7 @@ def test_catch_up_after_a_long_outage_records_at_most_a_thousand_slots(
 
 
 def test_slots_before_the_last_edit_are_not_owed(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     job = make_job(schedule=Every(10), queue=QUEUE)
     _run_at(job, clock.now - timedelta(hours=1))
@@ -284,7 +284,7 @@ def _one_off(make_job: Callable[..., Job], name: str, when: datetime) -> Job:
 
 
 def test_a_one_off_that_passed_while_no_beat_ran_is_recorded(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     soon = _one_off(make_job, "soon", clock.now - timedelta(seconds=30))
     long_ago = _one_off(make_job, "long-ago", clock.now - timedelta(hours=2))
@@ -295,7 +295,7 @@ def test_a_one_off_that_passed_while_no_beat_ran_is_recorded(
 
 
 def test_a_beat_that_fell_behind_applies_the_policy_and_keeps_other_beats_records(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     job = make_job(schedule=Every(10), queue=QUEUE, start_deadline=30)
     stalled, live = _beat(clock), _beat(clock)
@@ -336,7 +336,7 @@ def _insert_cut(monkeypatch: pytest.MonkeyPatch, *, committed: bool) -> Iterator
 
 def test_a_failed_insert_loses_no_slot(
     make_job: Callable[..., Job],
-    broker: redis.Redis,
+    redis_broker: redis.Redis,
     clock: VirtualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -350,7 +350,7 @@ def test_a_failed_insert_loses_no_slot(
 
 def test_an_insert_that_committed_unseen_is_published_when_recorded_again(
     make_job: Callable[..., Job],
-    broker: redis.Redis,
+    redis_broker: redis.Redis,
     clock: VirtualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -360,17 +360,17 @@ def test_an_insert_that_committed_unseen_is_published_when_recorded_again(
     beat = _beat(clock)
     with _insert_cut(monkeypatch, committed=True), pytest.raises(OperationalError):
         _tick(beat, clock.now + timedelta(seconds=10))
-    assert broker.llen(QUEUE) == 0
+    assert redis_broker.llen(QUEUE) == 0
     _tick(beat, clock.now + timedelta(seconds=11))
     assert _slots(job) == [clock.now + timedelta(seconds=10)]
-    assert broker.llen(QUEUE) == 1
+    assert redis_broker.llen(QUEUE) == 1
     _tick(beat, clock.now + timedelta(seconds=12))  # settled: not published again
-    assert broker.llen(QUEUE) == 1 and len(beat._uncertain) == 0
+    assert redis_broker.llen(QUEUE) == 1 and len(beat._uncertain) == 0
 
 
 def test_an_uncertain_slot_another_beat_claimed_meanwhile_is_not_published(
     make_job: Callable[..., Job],
-    broker: redis.Redis,
+    redis_broker: redis.Redis,
     clock: VirtualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -380,14 +380,14 @@ def test_an_uncertain_slot_another_beat_claimed_meanwhile_is_not_published(
         _tick(beat, clock.now + timedelta(seconds=10))
     other = _beat(clock)  # won the slot and published it; a worker took it
     _tick(other, clock.now + timedelta(seconds=10, milliseconds=5))
-    assert broker.llen(QUEUE) == 1
+    assert redis_broker.llen(QUEUE) == 1
     JobRun.objects.filter(job=job).update(status=RunStatus.RUNNING)
     _tick(beat, clock.now + timedelta(seconds=11))
-    assert broker.llen(QUEUE) == 1 and len(beat._uncertain) == 0
+    assert redis_broker.llen(QUEUE) == 1 and len(beat._uncertain) == 0
 
 
 def test_start_up_is_one_pass_for_many_jobs(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     for n in range(40):
         make_job(f"j{n}", schedule=Every(60 * (1 + n % 3)), queue=QUEUE)
@@ -407,7 +407,7 @@ def test_the_banner_s_maxinterval_is_the_scheduler_s_real_longest_sleep(
 
 
 def test_a_coalescing_job_skips_its_slots_while_its_previous_run_waits_in_the_queue(
-    make_job: Callable[..., Job], broker: redis.Redis, clock: VirtualClock
+    make_job: Callable[..., Job], redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     coalescing = make_job("coalescing", schedule=Every(10), queue=QUEUE, coalesce=True)
     piling = make_job("piling", schedule=Every(10), queue=QUEUE)
@@ -421,9 +421,11 @@ def test_a_coalescing_job_skips_its_slots_while_its_previous_run_waits_in_the_qu
         (RunStatus.SKIPPED, f"coalesced: run {first.pk} of this job still waits in its queue")
     ] * 2
     assert JobRun.objects.filter(job=piling, status=RunStatus.SCHEDULED).count() == 3
-    assert broker.llen(QUEUE) == 1 + 3, "one message for the coalescing job, three for the other"
+    assert redis_broker.llen(QUEUE) == 1 + 3, (
+        "one message for the coalescing job, three for the other"
+    )
     # Once a worker took the queued run, the next slot goes out again.
     JobRun.objects.filter(pk=first.pk).update(status=RunStatus.RUNNING)
     _tick(beat, slots[-1] + timedelta(seconds=10, milliseconds=5))
     assert JobRun.objects.filter(job=coalescing).latest("scheduled_for").status == "scheduled"
-    assert broker.llen(QUEUE) == 1 + 4 + 1
+    assert redis_broker.llen(QUEUE) == 1 + 4 + 1

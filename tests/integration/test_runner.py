@@ -1,0 +1,116 @@
+"""The worker-side runner (jobs.guard.runner), against real PostgreSQL: a run executes once,
+its outcome, overlap and a lease taken away recorded."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from jobs.audit import Actor
+from jobs.guard import lease
+from jobs.guard.runner import execute_run
+from jobs.models import Job, JobRun, RunStatus
+from tests.support.job_factory import new_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_execute_run_succeeds_once_and_records_everything(
+    make_job: Callable[..., Job], tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    run = new_run(make_job(kwargs={"log": str(log)}))
+    execute_run(run.pk, task_id="task-1", node="node-a")
+    execute_run(run.pk, task_id="task-1", node="node-b")  # a redelivery
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.node == "node-a" and run.pid is not None and run.task_id == "task-1"
+    assert run.fencing_token == 1 and run.lease_key == "job:j"
+    assert run.started_at is not None and run.finished_at is not None
+    assert run.result == "recorded"
+    assert run.duplicate_deliveries == 1
+    assert len(log.read_text().splitlines()) == 1
+    # The lease was given back at once.
+    assert lease.acquire("job:j", "someone", 30) is not None
+
+
+def test_a_failing_job_records_error_and_traceback(make_job: Callable[..., Job]) -> None:
+    run = new_run(make_job(task="tests.fail"))
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.error == "ValueError: boom from tests.fail"
+    assert "raise ValueError" in run.traceback
+
+
+def test_overlap_skip_records_the_holder(make_job: Callable[..., Job], tmp_path: Path) -> None:
+    job = make_job(kwargs={"log": str(tmp_path / "log")})
+    assert lease.acquire(job.lock_key, "other-node:1:run-99", 30) is not None
+    run = new_run(job)
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SKIPPED
+    assert "other-node:1:run-99" in run.error
+    assert not (tmp_path / "log").exists()
+
+
+def test_overlap_allow_runs_without_a_lease(make_job: Callable[..., Job], tmp_path: Path) -> None:
+    job = make_job(kwargs={"log": str(tmp_path / "log")}, overlap="allow")
+    assert lease.acquire(job.lock_key, "other", 30) is not None
+    run = new_run(job)
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and run.fencing_token is None
+
+
+def test_an_unregistered_function_fails_the_run_with_a_clear_error(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job()
+    Job.objects.filter(pk=job.pk).update(task="gone.function")
+    run = new_run(job)
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "'gone.function' is not a registered job function" in run.error
+
+
+def test_a_run_whose_lease_is_taken_away_is_recorded_lost(make_job: Callable[..., Job]) -> None:
+    job = make_job(task="tests.wait_for_stop", lease_ttl=3)
+    run = new_run(job)
+
+    def run_on_a_worker_thread() -> None:
+        try:
+            execute_run(run.pk, task_id="t", node="n")
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=run_on_a_worker_thread)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not JobRun.objects.filter(pk=run.pk, fencing_token__isnull=False).exists():
+        assert time.monotonic() < deadline, "the run never took its lease"
+        time.sleep(0.05)
+    assert lease.force_release(job.lock_key)
+    newer = lease.acquire(job.lock_key, "usurper", 30)
+    assert newer is not None
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    run.refresh_from_db()
+    assert run.status == RunStatus.LOST
+    assert newer.token > (run.fencing_token or 0)
+
+
+def test_a_continuous_job_cannot_be_triggered(make_job: Callable[..., Job]) -> None:
+    from jobs.exceptions import NotTriggerable
+    from jobs.services import run_now
+
+    job = make_job("forever", task="tests.wait_for_stop", schedule=None)
+    with pytest.raises(NotTriggerable, match="continuous job"):
+        run_now(job.name, actor=Actor.code("tests"))
+    assert not JobRun.objects.filter(job=job).exists()
