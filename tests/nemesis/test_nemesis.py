@@ -10,6 +10,7 @@ In the suite: two fixed seeds of about two minutes each, side by side with the o
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -37,5 +38,8 @@ def test_a_seeded_fault_schedule_breaks_no_guarantee(
         run.inject()
         run.calm()
         figures = run.check()
-    print(f"\nnemesis {figures.summary()}\nhistory: {history}, logs: {cluster.logs}")
+    # Every process's log goes with the history: pytest keeps only its last few temporary
+    # folders, and a violation is read from these logs long after.
+    shutil.copytree(cluster.logs, history / "logs", dirs_exist_ok=True)
+    print(f"\nnemesis {figures.summary()}\nhistory: {history} (with every process's log)")
     assert not figures.violations, f"{figures.summary()}\n{figures.report}"
