@@ -196,10 +196,11 @@ def _first_line(error: BaseException) -> str:
 class _Heartbeat:
     """The one thread per process that acts for every started keeper when it is due.
 
-    Started on first use in each process (a forked pool process starts its own). Its connection
-    (to the database ``using``) is kept from one round of renewals to the next while any keeper
-    is started, and closed when the last one stops: a process without a run in progress holds
-    no connection for its heartbeat (nor keeps a test database from being dropped).
+    Started on first use in each process (a forked pool process starts its own, with none of its
+    parent's keepers: ``forget_after_fork``). Its connection (to the database ``using``) is kept
+    from one round of renewals to the next while any keeper is started, and closed when the last
+    one stops: a process without a run in progress holds no connection for its heartbeat (nor
+    keeps a test database from being dropped).
     """
 
     def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
@@ -267,5 +268,20 @@ class _Heartbeat:
             log.exception("lease keeper failed", extra={"action": "lease_keeper_error"})
             keeper._declare_lost("the lease keeper failed (see the log)")
 
+    def forget_after_fork(self) -> None:
+        """In a forked child (a Celery pool process): drop the keepers copied from the parent.
+        They are the parent's to renew and to stop; a child that kept them would renew a lease
+        whose holder had stopped it, or was paused or dead (found by the nemesis: a continuous
+        job's lease renewed for minutes by a pool process while no tenure ran, so no node
+        could take the job over). Its own keepers start their own thread here."""
+        self._lock = threading.Lock()
+        self._keepers = set()
+        self._wake = threading.Event()
+        self._thread = None
+        self._pid = 0
+        self._planned = 0.0
+        self._connected = False
+
 
 _HEARTBEAT = _Heartbeat()
+os.register_at_fork(after_in_child=_HEARTBEAT.forget_after_fork)
