@@ -34,7 +34,6 @@ NOT_YET_MIRRORED = {
     "jobs/beat/entries.py": "test_adoption.py, test_configured.py, test_adopted_rows.py",
     "jobs/beat/heartbeat.py": "test_health.py, test_dashboard.py, test_metrics.py",
     "jobs/beat/switch_report.py": "test_configured.py",
-    "jobs/continuous/tenures.py": "test_supervisor.py",
     "jobs/django_tasks/execution.py": "test_backend.py",
     "jobs/django_tasks/results.py": "test_backend.py",
     "jobs/forms.py": "test_admin.py, test_admin_fuzz.py",
