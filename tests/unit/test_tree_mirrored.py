@@ -28,8 +28,6 @@ WITHOUT_LOGIC = {
 # Modules with logic that have no test module of their name yet (known debt, issue 30): each is
 # exercised today by the tests named beside it; writing its own test module removes it here.
 NOT_YET_MIRRORED = {
-    "jobs/alerts/outbox.py": "test_alerts.py",
-    "jobs/alerts/sender.py": "test_alerts.py",
     "jobs/beat/declared_jobs.py": "acceptance/test_declared_schedules.py",
     "jobs/beat/entries.py": "test_adoption.py, test_configured.py, test_adopted_rows.py",
     "jobs/beat/heartbeat.py": "test_health.py, test_dashboard.py, test_metrics.py",
