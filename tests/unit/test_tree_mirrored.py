@@ -36,7 +36,6 @@ NOT_YET_MIRRORED = {
     "jobs/guard/shutdown_notice.py": "acceptance/test_worker_shutdown.py",
     "jobs/management/commands/apitoken.py": "test_cli.py",
     "jobs/management/commands/jobs.py": "test_cli.py, test_cli_fuzz.py",
-    "jobs/web/serializers.py": "test_api.py, test_admin.py",
     "jobs/worker_signals.py": "test_task_reporting.py, acceptance tests",
 }
 
