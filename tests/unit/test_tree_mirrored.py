@@ -32,7 +32,6 @@ NOT_YET_MIRRORED = {
     "jobs/beat/switch_report.py": "test_configured.py",
     "jobs/django_tasks/execution.py": "test_backend.py",
     "jobs/django_tasks/results.py": "test_backend.py",
-    "jobs/guard/shutdown_notice.py": "acceptance/test_worker_shutdown.py",
     "jobs/management/commands/apitoken.py": "test_cli.py",
     "jobs/management/commands/jobs.py": "test_cli.py, test_cli_fuzz.py",
     "jobs/worker_signals.py": "test_task_reporting.py, acceptance tests",
