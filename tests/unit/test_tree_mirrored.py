@@ -34,7 +34,6 @@ NOT_YET_MIRRORED = {
     "jobs/django_tasks/results.py": "test_backend.py",
     "jobs/management/commands/apitoken.py": "test_cli.py",
     "jobs/management/commands/jobs.py": "test_cli.py, test_cli_fuzz.py",
-    "jobs/worker_signals.py": "test_task_reporting.py, acceptance tests",
 }
 
 
