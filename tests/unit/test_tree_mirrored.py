@@ -29,7 +29,6 @@ WITHOUT_LOGIC = {
 # exercised today by the tests named beside it; writing its own test module removes it here.
 NOT_YET_MIRRORED = {
     "jobs/beat/declared_jobs.py": "acceptance/test_declared_schedules.py",
-    "jobs/beat/switch_report.py": "test_configured.py",
     "jobs/django_tasks/execution.py": "test_backend.py",
     "jobs/django_tasks/results.py": "test_backend.py",
     "jobs/management/commands/apitoken.py": "test_cli.py",
