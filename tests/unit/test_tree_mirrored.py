@@ -28,7 +28,6 @@ WITHOUT_LOGIC = {
 # Modules with logic that have no test module of their name yet (known debt, issue 30): each is
 # exercised today by the tests named beside it; writing its own test module removes it here.
 NOT_YET_MIRRORED = {
-    "jobs/beat/declared_jobs.py": "acceptance/test_declared_schedules.py",
     "jobs/django_tasks/execution.py": "test_backend.py",
     "jobs/django_tasks/results.py": "test_backend.py",
     "jobs/management/commands/apitoken.py": "test_cli.py",
