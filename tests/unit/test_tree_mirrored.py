@@ -30,7 +30,6 @@ WITHOUT_LOGIC = {
 NOT_YET_MIRRORED = {
     "jobs/django_tasks/execution.py": "test_backend.py",
     "jobs/django_tasks/results.py": "test_backend.py",
-    "jobs/management/commands/jobs.py": "test_cli.py, test_cli_fuzz.py",
 }
 
 
