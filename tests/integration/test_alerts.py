@@ -6,31 +6,26 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.core import mail
 from django.core.management import CommandError, call_command
 from django.db import connection
-from django.test import Client, override_settings
+from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import timestamps
-from jobs.alerts import channels, outbox, sender
+from jobs.alerts import sender
 from jobs.alerts.detect import open_incident, resolve_incidents
-from jobs.conf import get_alerts_conf
 from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import AlertDelivery, AuditEntry, Incident, Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
-from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SECRET = "s" * 40
 
 
 @pytest.fixture
@@ -46,28 +41,6 @@ def _run(job: Job) -> None:
 
 def _events(job: Job) -> list[tuple[str, str]]:
     return sorted(AlertDelivery.objects.filter(incident__job=job).values_list("event", "channel"))
-
-
-@pytest.fixture
-def alerts_to() -> Iterator[Callable[..., None]]:
-    """Point the alert settings somewhere for one test (they are read once, then cached)."""
-    overrides: list[override_settings] = []
-
-    def configure(url: str = "", emails: tuple[str, ...] = ()) -> None:
-        override = override_settings(
-            JOBS_ALERT_WEBHOOK_URL=url,
-            JOBS_ALERT_WEBHOOK_SECRET=SECRET,
-            JOBS_ALERT_EMAILS=list(emails),
-            JOBS_PUBLIC_URL="https://jobs.example.com",
-        )
-        override.enable()
-        overrides.append(override)
-        get_alerts_conf.cache_clear()
-
-    yield configure
-    for override in overrides:
-        override.disable()
-    get_alerts_conf.cache_clear()
 
 
 def test_consecutive_failures_are_one_incident_and_a_success_resolves_it(
@@ -173,111 +146,6 @@ def test_cluster_incidents_are_one_open_at_a_time(db: None) -> None:
     assert sorted(
         AlertDelivery.objects.filter(incident_id=first).values_list("event", flat=True)
     ) == ["opened", "opened", "resolved", "resolved"]
-
-
-# --- the sender -------------------------------------------------------------------------------
-
-
-def test_the_sender_delivers_each_notification_once_signed_with_its_key(
-    make_job: Callable[..., Job], alerts_to: Callable[..., None]
-) -> None:
-    job = make_job("flaky", task="tests.fail")
-    with Receiver() as receiver:
-        alerts_to(receiver.url, emails=("ops@example.com",))
-        _run(job)
-        _run(job)
-        assert sender.drain("test-sender") == 2
-        assert sender.drain("test-sender") == 0  # nothing twice
-    (request,) = receiver.received
-    incident = Incident.objects.get(job=job)
-    assert request.signature_verifies(SECRET)
-    assert request.headers["Idempotency-Key"] == f"incident-{incident.pk}-opened"
-    payload = request.payload
-    assert payload["event"] == "opened" and payload["job"]["name"] == "flaky"
-    assert payload["incident"]["reason"] == "failed" and payload["incident"]["bad_runs"] == 2
-    assert payload["job"]["url"] == f"https://jobs.example.com/admin/jobs/job/{job.pk}/change/"
-    assert payload["runs"]["last"]["status"] == "failed"
-    assert "flaky" in payload["text"] and "boom from tests.fail" in payload["text"]
-    (message,) = mail.outbox
-    assert message.to == ["ops@example.com"] and "flaky" in message.subject
-    assert message.extra_headers["Idempotency-Key"] == f"incident-{incident.pk}-opened"
-    assert set(AlertDelivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
-
-
-def test_a_failing_receiver_is_retried_with_backoff_and_the_row_keeps_the_error(
-    make_job: Callable[..., Job], alerts_to: Callable[..., None], healing: Path
-) -> None:
-    job = make_job(
-        "flaky", task="tests.fail_until", kwargs={"healed": str(healing)}, alert_channels="webhook"
-    )
-    with Receiver(fail_first=1) as receiver:
-        alerts_to(receiver.url)
-        _run(job)
-        assert sender.drain("test-sender") == 1
-        row = AlertDelivery.objects.get()
-        assert (row.state, row.attempts) == ("pending", 1)
-        assert row.last_error.startswith("HTTP 500") and row.next_attempt_at > timezone.now()
-        # Its resolution waits behind it: an incident's opening is delivered first.
-        healing.touch()
-        _run(job)
-        AlertDelivery.objects.update(next_attempt_at=timezone.now())
-        assert sender.drain("test-sender") == 2
-    events = [r.payload["event"] for r in receiver.received]
-    assert events == ["opened", "opened", "resolved"]
-    keys = {r.headers["Idempotency-Key"] for r in receiver.received}
-    assert len(keys) == 2
-    assert set(AlertDelivery.objects.values_list("state", "attempts", "last_error")) == {
-        ("delivered", 2, ""),
-        ("delivered", 1, ""),
-    }
-
-
-def test_a_receiver_that_times_out_is_retried_and_its_secret_path_not_recorded(
-    make_job: Callable[..., Job], alerts_to: Callable[..., None], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(channels, "WEBHOOK_TIMEOUT", 0.3)
-    with Receiver(delay=1.0) as receiver:
-        alerts_to(receiver.url)
-        _run(make_job("flaky", task="tests.fail", alert_channels="webhook"))
-        assert sender.drain("test-sender") == 1
-    row = AlertDelivery.objects.get()
-    assert (row.state, row.attempts) == ("pending", 1)
-    assert "timed out" in row.last_error and "/hook" not in row.last_error
-
-
-def test_a_channel_not_configured_is_dropped_saying_so(
-    make_job: Callable[..., Job], alerts_to: Callable[..., None]
-) -> None:
-    alerts_to()
-    _run(make_job("flaky", task="tests.fail"))
-    assert sender.drain("test-sender") == 2
-    assert set(AlertDelivery.objects.values_list("state", "last_error")) == {
-        ("dropped", "JOBS_ALERT_WEBHOOK_URL is not set"),
-        ("dropped", "JOBS_ALERT_EMAILS is not set"),
-    }
-
-
-def test_one_sender_at_a_time(make_job: Callable[..., Job], alerts_to: Callable[..., None]) -> None:
-    alerts_to()
-    _run(make_job("flaky", task="tests.fail"))
-    held = lease.acquire(sender.LEASE_KEY, "another-sender", 30)
-    assert held is not None
-    assert sender.drain("test-sender") is None
-    assert AlertDelivery.objects.filter(state="pending").count() == 2
-    lease.release(held)
-    assert sender.drain("test-sender") == 2
-
-
-def test_a_row_taken_by_a_sender_that_died_is_retried_after_its_claim(
-    make_job: Callable[..., Job], alerts_to: Callable[..., None]
-) -> None:
-    alerts_to()
-    _run(make_job("flaky", task="tests.fail", alert_channels="email"))
-    (taken,) = outbox.take_due(10, claim_for=60)
-    assert outbox.take_due(10, claim_for=60) == []  # hidden while its sender works on it
-    AlertDelivery.objects.update(next_attempt_at=timezone.now())  # the claim lapsed
-    (again,) = outbox.take_due(10, claim_for=60)
-    assert (again.delivery_id, again.attempts) == (taken.delivery_id, 2)
 
 
 def test_concurrent_failures_of_one_job_open_one_incident(make_job: Callable[..., Job]) -> None:

@@ -383,21 +383,3 @@ def test_a_paused_job_removed_from_the_code_and_back_stays_paused(
     assert not job.enabled and job.configured == Configured.DECLARED and job.managed_by_code
     assert schedule_of(job.periodic_task) == Every(1800)
     assert not AuditEntry.objects.filter(job_name="hourly", action="resume").exists()
-
-
-def test_the_report_judges_an_entry_as_adoption_will(beat_schedule: dict[str, Any]) -> None:
-    from jobs.beat import switch_report
-
-    beat_schedule["fine"] = {"task": APPEND, "schedule": 60.0, "args": [LOG]}
-    # "origin" is one of the headers Celery itself puts on every message.
-    beat_schedule["clashing header"] = {
-        "task": APPEND,
-        "schedule": 60.0,
-        "args": [LOG],
-        "options": {"headers": {"origin": "settings"}},
-    }
-    lines = {line.name: line for line in switch_report.report()}
-    assert lines["fine"].carried and lines["fine"].job == "fine"
-    assert not lines["clashing header"].carried
-    assert "origin" in lines["clashing header"].reason
-    assert not Job.objects.exists()

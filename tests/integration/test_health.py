@@ -233,52 +233,6 @@ def test_the_status_is_answered_when_credentials_cannot_be_checked(
     assert response.json() == {"status": "ok"}
 
 
-# --- the heartbeat recorder ---------------------------------------------------------------------
-
-
-def test_the_recorder_writes_at_most_once_per_interval() -> None:
-    recorder = heartbeat.BeatHeartbeatRecorder(interval=3600)
-    recorder.tick(0.5)
-    recorder.tick(0.25)
-    recorder.tick(1.0)
-
-    row = BeatHeartbeat.objects.get(name=recorder.name)
-    assert (row.ticks, row.tick_seconds, row.max_tick_seconds) == (1, 0.5, 0.5)
-
-    recorder.interval = 0
-    recorder.tick(0.25)
-    row.refresh_from_db()
-    assert (row.ticks, row.tick_seconds, row.max_tick_seconds) == (4, 2.0, 1.0)
-
-
-def test_timed_beat_tick_records_even_when_the_tick_raises() -> None:
-    @heartbeat.timed_beat_tick
-    def tick() -> float:
-        raise RuntimeError("tick failed")
-
-    with pytest.raises(RuntimeError):
-        tick()
-
-    recorder = heartbeat.beat_recorder()
-    assert BeatHeartbeat.objects.get(name=recorder.name).ticks >= 1
-
-
-def test_a_failed_heartbeat_write_does_not_stop_the_beat(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    recorder = heartbeat.BeatHeartbeatRecorder(interval=5.0)
-
-    def refuse() -> None:
-        raise DatabaseError("database is down")
-
-    monkeypatch.setattr(recorder, "write", refuse)
-    monkeypatch.setattr(health.connection, "close", lambda: None)
-    recorder.tick(0.1)
-
-    assert "beat heartbeat not recorded" in caplog.text
-    assert recorder.ticks == 1
-
-
 def test_healthz_names_beats_and_workers_on_different_brokers(insider: Client) -> None:
     recorder = _beat()  # records this process's broker, as its beat would
     assert BeatHeartbeat.objects.get(name=recorder.name).broker == broker_identity.current()

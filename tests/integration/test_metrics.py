@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 from django.contrib.auth.models import Permission, User
-from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,7 +22,7 @@ from jobs.audit import Actor
 from jobs.beat import heartbeat
 from jobs.conf import get_ops_conf
 from jobs.guard import lease
-from jobs.models import Job, JobRun, Node, RunRollup, RunStatus
+from jobs.models import Job, JobRun, Node, RunStatus
 from jobs.upkeep import retention, rollups
 from jobs.web import tokens
 
@@ -205,36 +203,6 @@ def _key(stats: rollups.Stats) -> tuple[object, ...]:
         round(stats.lag.total, 6),
         tuple(stats.duration.buckets),
     )
-
-
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_folders_never_count_a_run_twice(make_job: Callable[..., Job]) -> None:
-    job = make_job("report")
-    start = timezone.now() - timedelta(days=1)
-    JobRun.objects.bulk_create(
-        JobRun(job=job, scheduled_for=start + timedelta(seconds=i), status=RunStatus.FAILED)
-        for i in range(3000)
-    )
-    barrier = threading.Barrier(3)
-    folded: list[int] = []
-
-    def fold() -> None:
-        try:
-            barrier.wait()
-            # No time budget: on a loaded machine one second may end a folder's turn early.
-            folded.append(rollups.fold(budget_seconds=None, batch_size=100))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=fold) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-
-    assert sum(folded) == 3000
-    assert RunRollup.objects.get(job=job, status=RunStatus.FAILED).count == 3000
-    assert not JobRun.objects.filter(folded=False).exists()
 
 
 def test_promtool_accepts_the_exposition_and_it_has_every_series_the_rules_use(

@@ -27,24 +27,7 @@ WITHOUT_LOGIC = {
 
 # Modules with logic that have no test module of their name yet (known debt, issue 30): each is
 # exercised today by the tests named beside it; writing its own test module removes it here.
-NOT_YET_MIRRORED = {
-    "jobs/alerts/outbox.py": "test_alerts.py",
-    "jobs/alerts/sender.py": "test_alerts.py",
-    "jobs/beat/declared_jobs.py": "acceptance/test_declared_schedules.py",
-    "jobs/beat/entries.py": "test_adoption.py, test_configured.py, test_adopted_rows.py",
-    "jobs/beat/heartbeat.py": "test_health.py, test_dashboard.py, test_metrics.py",
-    "jobs/beat/switch_report.py": "test_configured.py",
-    "jobs/continuous/tenures.py": "test_supervisor.py",
-    "jobs/django_tasks/execution.py": "test_backend.py",
-    "jobs/django_tasks/results.py": "test_backend.py",
-    "jobs/forms.py": "test_admin.py, test_admin_fuzz.py",
-    "jobs/guard/shutdown_notice.py": "acceptance/test_worker_shutdown.py",
-    "jobs/management/commands/apitoken.py": "test_cli.py",
-    "jobs/management/commands/jobs.py": "test_cli.py, test_cli_fuzz.py",
-    "jobs/upkeep/rollups.py": "test_metrics.py, test_retention.py",
-    "jobs/web/serializers.py": "test_api.py, test_admin.py",
-    "jobs/worker_signals.py": "test_task_reporting.py, acceptance tests",
-}
+NOT_YET_MIRRORED: dict[str, str] = {}
 
 
 def _modules() -> set[str]:
