@@ -99,3 +99,22 @@ def alerts_to() -> Iterator[Callable[..., None]]:
     for override in overrides:
         override.disable()
     get_alerts_conf.cache_clear()
+
+
+@pytest.fixture
+def healing(tmp_path: Path) -> Path:
+    """The file that makes ``tests.fail_until`` succeed once it exists."""
+    return tmp_path / "healed"
+
+
+@pytest.fixture
+def beat_schedule() -> Iterator[dict[str, Any]]:
+    """The app's beat_schedule, emptied for the test and restored after it."""
+    from project.celery import app
+
+    saved = dict(app.conf.beat_schedule or {})
+    app.conf.beat_schedule = {}
+    try:
+        yield app.conf.beat_schedule
+    finally:
+        app.conf.beat_schedule = saved

@@ -24,19 +24,9 @@ from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import AlertDelivery, AuditEntry, Incident, Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
+from tests.support.job_factory import run_here
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def healing(tmp_path: Path) -> Path:
-    """The file that makes ``tests.fail_until`` succeed once it exists."""
-    return tmp_path / "healed"
-
-
-def _run(job: Job) -> None:
-    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    execute_run(run.pk, task_id=f"jobrun-{run.pk}", node="n1")
 
 
 def _events(job: Job) -> list[tuple[str, str]]:
@@ -48,14 +38,14 @@ def test_consecutive_failures_are_one_incident_and_a_success_resolves_it(
 ) -> None:
     job = make_job("flaky", task="tests.fail_until", kwargs={"healed": str(healing)})
     for _ in range(3):
-        _run(job)
+        run_here(job)
     incident = Incident.objects.get(job=job)
     assert (incident.kind, incident.reason, incident.bad_runs) == ("failing", "failed", 3)
     assert incident.resolved_at is None and "failing until" in incident.summary
     assert _events(job) == [("opened", "email"), ("opened", "webhook")]
 
     healing.touch()
-    _run(job)
+    run_here(job)
     incident.refresh_from_db()
     assert incident.resolved_at is not None
     assert incident.resolved_by_run_id == JobRun.objects.get(job=job, status="succeeded").pk
@@ -65,7 +55,7 @@ def test_consecutive_failures_are_one_incident_and_a_success_resolves_it(
         ("resolved", "email"),
         ("resolved", "webhook"),
     ]
-    _run(job)  # healthy runs add nothing
+    run_here(job)  # healthy runs add nothing
     assert Incident.objects.filter(job=job).count() == 1 and len(_events(job)) == 4
 
 
@@ -73,7 +63,7 @@ def test_a_failure_with_a_retry_due_is_no_incident_until_the_retry_fails(
     make_job: Callable[..., Job], published: list[object]
 ) -> None:
     job = make_job("retried", task="tests.fail", max_retries=1, retry_backoff=1)
-    _run(job)
+    run_here(job)
     assert not Incident.objects.filter(job=job).exists()
     retry = JobRun.objects.get(job=job, trigger=Trigger.RETRY)
     JobRun.objects.filter(pk=retry.pk).update(scheduled_for=timezone.now())
@@ -116,12 +106,12 @@ def test_a_muted_job_opens_its_incident_without_notifying_and_resolves_quietly(
 ) -> None:
     job = make_job("quiet", task="tests.fail")
     Job.objects.filter(pk=job.pk).update(alerts_muted_until=timezone.now() + timedelta(hours=1))
-    _run(job)
+    run_here(job)
     assert Incident.objects.get(job=job).resolved_at is None
     assert _events(job) == []
     # The mute ends while the incident is open: the next bad run notifies its opening.
     Job.objects.filter(pk=job.pk).update(alerts_muted_until=timezone.now() - timedelta(seconds=1))
-    _run(job)
+    run_here(job)
     assert _events(job) == [("opened", "email"), ("opened", "webhook")]
 
 
@@ -130,7 +120,7 @@ def test_a_job_chooses_its_channels_and_reasons(make_job: Callable[..., Job]) ->
     never = make_job("never", task="tests.fail", alert_channels="none")
     lost_only = make_job("lost-only", task="tests.fail", alert_reasons=["lost"])
     for job in (webhook_only, never, lost_only):
-        _run(job)
+        run_here(job)
     assert _events(webhook_only) == [("opened", "webhook")]
     assert _events(never) == [] and _events(lost_only) == []
     assert Incident.objects.filter(resolved_at__isnull=True).count() == 3
@@ -216,7 +206,7 @@ def test_the_cli_mutes_lists_incidents_and_sets_alert_flags(make_job: Callable[.
     assert timedelta(hours=2) - timedelta(seconds=5) < muted - timezone.now() <= timedelta(hours=2)
     entry = AuditEntry.objects.filter(job=job).order_by("-id").first()
     assert entry is not None and entry.after == {"alerts_muted_until": muted.isoformat()}
-    _run(job)
+    run_here(job)
     assert _events(job) == []
     assert _jobs("unmute", "flaky") == "unmuted flaky\n"
     assert Job.objects.get(pk=job.pk).alerts_muted_until is None
@@ -236,7 +226,7 @@ def test_the_admin_mutes_and_shows_open_incidents(
     make_job: Callable[..., Job], admin_client: Client
 ) -> None:
     job = make_job("flaky", task="tests.fail")
-    _run(job)
+    run_here(job)
     page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
     incident = Incident.objects.get(job=job)
     assert f"/admin/jobs/incident/{incident.pk}/change/" in page and "failing" in page
@@ -244,7 +234,7 @@ def test_the_admin_mutes_and_shows_open_incidents(
     since = timestamps.display(incident.opened_at)
     assert since.endswith(" UTC")
     assert f"#{incident.pk} failing (failed, 1 bad run) since {since}</a>" in page
-    _run(job)
+    run_here(job)
     page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
     assert f"#{incident.pk} failing (failed, 2 bad runs) since {since}</a>" in page
     for url in (f"/admin/jobs/incident/{incident.pk}/change/", "/admin/jobs/alertdelivery/"):
@@ -262,8 +252,8 @@ def test_metrics_export_open_incidents_and_deliveries_by_state(
     make_job: Callable[..., Job], alerts_to: Callable[..., None], insider: Client
 ) -> None:
     alerts_to()  # no channel: every delivery is dropped
-    _run(make_job("flaky", task="tests.fail"))
-    _run(make_job("other", task="tests.fail", alert_channels="webhook"))
+    run_here(make_job("flaky", task="tests.fail"))
+    run_here(make_job("other", task="tests.fail", alert_channels="webhook"))
 
     def samples() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         text = insider.get("/metrics").content.decode()
@@ -297,7 +287,7 @@ def test_the_dashboard_shows_open_incidents(
         in admin_client.get("/admin/jobs/dashboard/").content.decode()
     )
     job = make_job("flaky", task="tests.fail")
-    _run(job)
+    run_here(job)
     page = admin_client.get("/admin/jobs/dashboard/").content.decode()
     incident = Incident.objects.get(job=job)
     assert f"/admin/jobs/incident/{incident.pk}/change/" in page and "boom from tests.fail" in page

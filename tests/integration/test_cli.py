@@ -4,23 +4,21 @@ one-line errors with their exit status (2 usage/validation, 1 not found)."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-import tests.support.cli_jobs  # noqa: F401  (registers the job functions)
 from jobs.forms import JobForm
 from jobs.guard import lease
 from jobs.models import ApiToken, Blackout, Job, JobRun, Node, RunStatus, Trigger
+from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
 
 MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
 
@@ -90,27 +88,6 @@ NODE_KEYS = {
     "started_at",
     "last_heartbeat",
 }
-
-
-def jobs(*args: str) -> str:
-    out = io.StringIO()
-    call_command("jobs", *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
-
-
-def jobs_json(*args: str) -> Any:
-    return json.loads(jobs(*args, "--json"))
-
-
-def jobs_error(*args: str) -> CommandError:
-    with pytest.raises(CommandError) as info:
-        jobs(*args)
-    return info.value
-
-
-def add(name: str, *flags: str) -> Job:
-    jobs("add", name, "--task", "tests.cli_example", *flags)
-    return Job.objects.select_related("periodic_task").get(name=name)
 
 
 # --- errors: one line naming the flag, exit status 2 --------------------------------------

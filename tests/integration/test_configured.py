@@ -27,21 +27,11 @@ from jobs.models import AuditEntry, BeatHeartbeat, CeleryConfiguration, Configur
 from jobs.schedule.kinds import Cron, Every, Solar
 from project.celery import app
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Every test starts from an empty beat_schedule (the conftest fixture), restored after it.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("beat_schedule")]
 
 APPEND = "tests.support.plain_tasks.append"
 LOG = "/tmp/never-written"
-
-
-@pytest.fixture(autouse=True)
-def beat_schedule() -> Iterator[dict[str, Any]]:
-    """The app's beat_schedule, emptied for the test and restored after it."""
-    saved = dict(app.conf.beat_schedule or {})
-    app.conf.beat_schedule = {}
-    try:
-        yield app.conf.beat_schedule
-    finally:
-        app.conf.beat_schedule = saved
 
 
 class Beat:

@@ -4,44 +4,17 @@ listings and records are jobs.cli's (test_cli.py)."""
 
 from __future__ import annotations
 
-import io
-import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-import tests.support.cli_jobs  # noqa: F401  (registers the job functions)
 from jobs import dispatch
 from jobs.models import Job, JobRun
-
-
-def jobs(*args: str) -> str:
-    out = io.StringIO()
-    call_command("jobs", *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
-
-
-def jobs_json(*args: str) -> Any:
-    return json.loads(jobs(*args, "--json"))
-
-
-def jobs_error(*args: str) -> CommandError:
-    with pytest.raises(CommandError) as info:
-        jobs(*args)
-    return info.value
-
-
-def add(name: str, *flags: str) -> Job:
-    jobs("add", name, "--task", "tests.cli_example", *flags)
-    return Job.objects.select_related("periodic_task").get(name=name)
-
+from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
 
 # --- add: one schedule of each kind -------------------------------------------------------
 

@@ -13,23 +13,12 @@ from django.utils import timezone
 
 from jobs.alerts import channels, sender
 from jobs.guard import lease
-from jobs.guard.runner import execute_run
-from jobs.models import AlertDelivery, Incident, Job, JobRun, Trigger
+from jobs.models import AlertDelivery, Incident, Job
 from tests.integration.conftest import ALERT_SECRET
+from tests.support.job_factory import run_here
 from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def healing(tmp_path: Path) -> Path:
-    """The file that makes ``tests.fail_until`` succeed once it exists."""
-    return tmp_path / "healed"
-
-
-def _run(job: Job) -> None:
-    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    execute_run(run.pk, task_id=f"jobrun-{run.pk}", node="n1")
 
 
 def test_the_sender_delivers_each_notification_once_signed_with_its_key(
@@ -38,8 +27,8 @@ def test_the_sender_delivers_each_notification_once_signed_with_its_key(
     job = make_job("flaky", task="tests.fail")
     with Receiver() as receiver:
         alerts_to(receiver.url, emails=("ops@example.com",))
-        _run(job)
-        _run(job)
+        run_here(job)
+        run_here(job)
         assert sender.drain("test-sender") == 2
         assert sender.drain("test-sender") == 0  # nothing twice
     (request,) = receiver.received
@@ -66,14 +55,14 @@ def test_a_failing_receiver_is_retried_with_backoff_and_the_row_keeps_the_error(
     )
     with Receiver(fail_first=1) as receiver:
         alerts_to(receiver.url)
-        _run(job)
+        run_here(job)
         assert sender.drain("test-sender") == 1
         row = AlertDelivery.objects.get()
         assert (row.state, row.attempts) == ("pending", 1)
         assert row.last_error.startswith("HTTP 500") and row.next_attempt_at > timezone.now()
         # Its resolution waits behind it: an incident's opening is delivered first.
         healing.touch()
-        _run(job)
+        run_here(job)
         AlertDelivery.objects.update(next_attempt_at=timezone.now())
         assert sender.drain("test-sender") == 2
     events = [r.payload["event"] for r in receiver.received]
@@ -92,7 +81,7 @@ def test_a_receiver_that_times_out_is_retried_and_its_secret_path_not_recorded(
     monkeypatch.setattr(channels, "WEBHOOK_TIMEOUT", 0.3)
     with Receiver(delay=1.0) as receiver:
         alerts_to(receiver.url)
-        _run(make_job("flaky", task="tests.fail", alert_channels="webhook"))
+        run_here(make_job("flaky", task="tests.fail", alert_channels="webhook"))
         assert sender.drain("test-sender") == 1
     row = AlertDelivery.objects.get()
     assert (row.state, row.attempts) == ("pending", 1)
@@ -103,7 +92,7 @@ def test_a_channel_not_configured_is_dropped_saying_so(
     make_job: Callable[..., Job], alerts_to: Callable[..., None]
 ) -> None:
     alerts_to()
-    _run(make_job("flaky", task="tests.fail"))
+    run_here(make_job("flaky", task="tests.fail"))
     assert sender.drain("test-sender") == 2
     assert set(AlertDelivery.objects.values_list("state", "last_error")) == {
         ("dropped", "JOBS_ALERT_WEBHOOK_URL is not set"),
@@ -113,7 +102,7 @@ def test_a_channel_not_configured_is_dropped_saying_so(
 
 def test_one_sender_at_a_time(make_job: Callable[..., Job], alerts_to: Callable[..., None]) -> None:
     alerts_to()
-    _run(make_job("flaky", task="tests.fail"))
+    run_here(make_job("flaky", task="tests.fail"))
     held = lease.acquire(sender.LEASE_KEY, "another-sender", 30)
     assert held is not None
     assert sender.drain("test-sender") is None
@@ -131,7 +120,7 @@ def test_the_thread_runs_its_checks_and_drains_only_when_something_is_due(
     thread.prepare()
     thread.step()  # nothing due: the lease is not even asked for
     assert looks == ["checked"] and lease.current_holder(sender.LEASE_KEY) is None
-    _run(make_job("flaky", task="tests.fail"))
+    run_here(make_job("flaky", task="tests.fail"))
     thread.step()
     assert looks == ["checked", "checked"]
     assert not AlertDelivery.objects.filter(state="pending").exists()

@@ -6,7 +6,6 @@ it writes nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,25 +16,14 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from jobs.beat import switch_report
 from jobs.models import Job
 from jobs.schedule.kinds import Every
-from project.celery import app
 from tests.support.job_factory import new_job
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Every test starts from an empty beat_schedule (the conftest fixture), restored after it.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("beat_schedule")]
 
 APPEND = "tests.support.plain_tasks.append"
 LOG = "/tmp/never-written"
 NOW = datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def beat_schedule() -> Iterator[dict[str, Any]]:
-    """The app's beat_schedule, emptied for the test and restored after it."""
-    saved = dict(app.conf.beat_schedule or {})
-    app.conf.beat_schedule = {}
-    try:
-        yield app.conf.beat_schedule
-    finally:
-        app.conf.beat_schedule = saved
 
 
 def _row(

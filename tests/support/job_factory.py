@@ -66,3 +66,12 @@ def new_run(job: Job, *, ago: float = 0.0, trigger: Trigger = Trigger.SCHEDULED)
     with ``trigger``, an operator) would have recorded it, not yet published."""
     slot = timezone.now() - timedelta(seconds=ago)
     return JobRun.objects.create(job=job, scheduled_for=slot, trigger=trigger)
+
+
+def run_here(job: Job) -> None:
+    """A manual run of ``job`` executed at once in this process, as a worker would (the
+    runner's claim, lease and fenced finish), without a broker."""
+    from jobs.guard.runner import execute_run
+
+    run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+    execute_run(run.pk, task_id=f"jobrun-{run.pk}", node="n1")
