@@ -128,8 +128,11 @@ def add_flags(draw: st.DrawFn) -> list[str]:
 RUN_FLAGS = st.builds(lambda name: ["run", name], value(NAMES))
 
 
-def _names_a_flag(detail: str) -> bool:
-    return "--" in detail or "NAME" in detail or detail.startswith("no job named")
+def _names_a_flag(detail: str, argv: list[str]) -> bool:
+    """The error names what was wrong: a flag, the NAME argument, or the job that NAME named
+    (``run`` of a continuous job, say: the job is named by the value given)."""
+    named_job = len(argv) > 1 and detail.startswith(repr(argv[1]))
+    return "--" in detail or "NAME" in detail or detail.startswith("no job named") or named_job
 
 
 def test_jobs_add_and_run_answer_every_input_with_work_or_one_line_naming_the_flag() -> None:
@@ -153,8 +156,13 @@ def test_jobs_add_and_run_answer_every_input_with_work_or_one_line_naming_the_fl
             line = str(exc)
             prefix = f"jobs {argv[0]}: error: "
             assert line.startswith(prefix) and "\n" not in line, line
-            assert _names_a_flag(line.removeprefix(prefix)), line
-            assert exc.returncode == (1 if line.startswith("jobs run: error: no job") else 2)
+            assert _names_a_flag(line.removeprefix(prefix), argv), line
+            # 1: the job named cannot be run (none such, or continuous); 2: a usage error.
+            detail = line.removeprefix(prefix)
+            about_the_job = argv[0] == "run" and (
+                detail.startswith("no job") or detail.startswith(repr(argv[1]))
+            )
+            assert exc.returncode == (1 if about_the_job else 2), line
             return
         printed = out.getvalue()
         assert printed.count("\n") == 1, printed
@@ -166,6 +174,20 @@ def test_jobs_add_and_run_answer_every_input_with_work_or_one_line_naming_the_fl
             assert printed.strip().isdigit()
 
     call()
+
+
+def test_running_a_continuous_job_answers_one_line_naming_it() -> None:
+    """Found by the fuzzing above (a job it had just added as continuous, then ran)."""
+    services.create_job(
+        services.JobDefinition(name="poller", task=TASK, schedule=None, kwargs={"log": "-"}),
+        actor=Actor.code("tests"),
+    )
+    with pytest.raises(CommandError) as info:
+        call_command("jobs", "run", "poller", stdout=io.StringIO(), stderr=io.StringIO())
+    line = str(info.value)
+    assert line.startswith("jobs run: error: 'poller' is a continuous job") and "\n" not in line
+    assert _names_a_flag(line.removeprefix("jobs run: error: "), ["run", "poller"])
+    assert info.value.returncode == 1  # the job cannot be run: not a usage error
 
 
 @st.composite
