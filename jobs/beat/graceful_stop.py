@@ -32,16 +32,19 @@ def stop_after_tick() -> Iterator[None]:
     def hold(signum: int, frame: FrameType | None) -> None:
         held.append((signum, frame))
 
-    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum, handler in previous.items():
-        if handler is not signal.SIG_IGN and handler is not None:
-            signal.signal(signum, hold)
+    # The signals that would stop the beat (an ignored one stays ignored), and their handlers.
+    previous = {
+        signum: handler
+        for signum in STOP_SIGNALS
+        if (handler := signal.getsignal(signum)) is not signal.SIG_IGN and handler is not None
+    }
+    for signum in previous:
+        signal.signal(signum, hold)
     try:
         yield
     finally:
         for signum, handler in previous.items():
-            if handler is not signal.SIG_IGN and handler is not None:
-                signal.signal(signum, handler)
+            signal.signal(signum, handler)
         if held:
             first, frame = held[0]
             handler = previous[signal.Signals(first)]

@@ -205,6 +205,9 @@ class _Heartbeat:
 
     def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
         self.using = using
+        self._start_afresh()
+
+    def _start_afresh(self) -> None:
         self._lock = threading.Lock()
         self._keepers: set[LeaseKeeper] = set()
         self._wake = threading.Event()
@@ -274,13 +277,7 @@ class _Heartbeat:
         whose holder had stopped it, or was paused or dead (found by the nemesis: a continuous
         job's lease renewed for minutes by a pool process while no tenure ran, so no node
         could take the job over). Its own keepers start their own thread here."""
-        self._lock = threading.Lock()
-        self._keepers = set()
-        self._wake = threading.Event()
-        self._thread = None
-        self._pid = 0
-        self._planned = 0.0
-        self._connected = False
+        self._start_afresh()
 
 
 _HEARTBEAT = _Heartbeat()

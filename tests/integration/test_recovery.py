@@ -25,6 +25,7 @@ from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
 from jobs.web import tokens
 from tests.integration.conftest import Published
+from tests.support.worker_threads import on_a_worker_thread, wait_for_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -195,18 +196,8 @@ def test_a_run_whose_lease_is_taken_away_is_lost_and_retried_under_on_lost_retry
     job = make_job(task="tests.wait_for_stop", lease_ttl=3, on_lost="retry")
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
 
-    def work() -> None:
-        try:
-            execute_run(run.pk, task_id="t", node="n")
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    deadline = time.monotonic() + 10
-    while not JobRun.objects.filter(pk=run.pk, fencing_token__isnull=False).exists():
-        assert time.monotonic() < deadline, "the run never took its lease"
-        time.sleep(0.05)
+    worker = on_a_worker_thread(run.pk)
+    wait_for_token(run.pk)
     assert lease.force_release(job.lock_key)
     assert lease.acquire(job.lock_key, "usurper", 30) is not None
     worker.join(timeout=10)

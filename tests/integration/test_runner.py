@@ -3,19 +3,17 @@ its outcome, overlap and a lease taken away recorded."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from jobs.audit import Actor
 from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus
 from tests.support.job_factory import new_run
+from tests.support.worker_threads import on_a_worker_thread, wait_for_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,18 +82,8 @@ def test_a_run_whose_lease_is_taken_away_is_recorded_lost(make_job: Callable[...
     job = make_job(task="tests.wait_for_stop", lease_ttl=3)
     run = new_run(job)
 
-    def run_on_a_worker_thread() -> None:
-        try:
-            execute_run(run.pk, task_id="t", node="n")
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=run_on_a_worker_thread)
-    worker.start()
-    deadline = time.monotonic() + 10
-    while not JobRun.objects.filter(pk=run.pk, fencing_token__isnull=False).exists():
-        assert time.monotonic() < deadline, "the run never took its lease"
-        time.sleep(0.05)
+    worker = on_a_worker_thread(run.pk)
+    wait_for_token(run.pk)
     assert lease.force_release(job.lock_key)
     newer = lease.acquire(job.lock_key, "usurper", 30)
     assert newer is not None
