@@ -13,7 +13,7 @@ from typing import Any
 
 from celery.app.task import Context
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import DEFAULT_DB_ALIAS, models
 from django.db.models import Q
 from django.db.models.base import ModelState
@@ -22,7 +22,14 @@ from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
 from jobs import jsonvalues, timestamps
-from jobs.names import no_control_characters
+from jobs.names import (
+    JOB_NAME_VALIDATORS,
+    MAX_JOB_NAME,
+    no_control_characters,
+    no_slash,
+    not_padded,
+    printable_name_check,
+)
 from jobs.schedule import calendars
 
 
@@ -106,19 +113,6 @@ class Trigger(models.TextChoices):
 SLOT_TRIGGERS = (Trigger.SCHEDULED, Trigger.BACKFILL)
 
 
-# A job's name is a path segment of the API (/api/jobs/<name>): a slash would make it one that
-# no URL can reach (a client's %2F arrives decoded).
-NO_SLASH_IN_NAME = RegexValidator(
-    r"^[^/]*\Z",
-    "A job name cannot contain '/': it is part of the API's URLs (/api/jobs/<name>).",
-    code="slash_in_name",
-)
-
-# A job's name is printed in one-line answers (CLI), log lines and alerts: a line break or another
-# control character in it would split or garble them (jobs.names).
-NO_CONTROL_CHARACTER_IN_NAME = no_control_characters("A job name")
-
-
 # The reasons a job may be alerted for (the cluster's own, no_beat and no_node, are not a job's).
 JOB_ALERT_REASONS = ("failed", "missed", "lost", "stuck", "overdue")
 
@@ -175,9 +169,9 @@ class Configured(models.TextChoices):
 
 class Job(models.Model):
     name = models.CharField(
-        max_length=190,
+        max_length=MAX_JOB_NAME,
         unique=True,
-        validators=[NO_SLASH_IN_NAME, NO_CONTROL_CHARACTER_IN_NAME],
+        validators=JOB_NAME_VALIDATORS,
         help_text="Unique name of this job, e.g. nightly-report.",
     )
     task = models.CharField(
@@ -432,6 +426,9 @@ class Job(models.Model):
                 | Q(soft_time_limit__isnull=True)
                 | Q(soft_time_limit__lt=models.F("time_limit")),
                 name="soft_time_limit_below_hard",
+            ),
+            models.CheckConstraint(
+                condition=printable_name_check("name", slash=True), name="job_name_printable"
             ),
         ]
         indexes = [
@@ -762,7 +759,7 @@ class ApiToken(models.Model):
     name = models.CharField(
         max_length=100,
         unique=True,
-        validators=[no_control_characters("A token name")],
+        validators=[no_control_characters("A token name"), not_padded("A token name")],
         help_text="Who or what uses it.",
     )
     prefix = models.CharField(
@@ -786,6 +783,11 @@ class ApiToken(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name = "API token"
+        constraints = [
+            models.CheckConstraint(
+                condition=printable_name_check("name", slash=False), name="token_name_printable"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -909,7 +911,11 @@ class Blackout(models.Model):
     name = models.CharField(
         max_length=100,
         unique=True,
-        validators=[NO_SLASH_IN_NAME, no_control_characters("A blackout window's name")],
+        validators=[
+            no_slash("A blackout window's name", "/api/blackouts/<name>"),
+            no_control_characters("A blackout window's name"),
+            not_padded("A blackout window's name"),
+        ],
         help_text="Shown on every slot it skips, e.g. release-freeze.",
     )
     job = models.ForeignKey(
@@ -930,7 +936,10 @@ class Blackout(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(ends_at__gt=models.F("starts_at")), name="blackout_ends_after_start"
-            )
+            ),
+            models.CheckConstraint(
+                condition=printable_name_check("name", slash=True), name="blackout_name_printable"
+            ),
         ]
         indexes = [models.Index(fields=["ends_at"], name="blackout_ends_at")]
 

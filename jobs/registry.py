@@ -31,7 +31,7 @@ from celery._state import (  # type: ignore[attr-defined]  # public there, not i
 from celery.app.trace import task_has_custom
 
 from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
-from jobs.names import has_control_character
+from jobs.names import has_control_character, job_name_problems
 from jobs.schedule.kinds import Cron, Definition, Triggered, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
@@ -264,9 +264,10 @@ def job(
         raise TypeError(f"@job({name!r}): unknown option(s) {sorted(unknown)}")
     if sum(x is not None for x in (every, cron)) + continuous > 1:
         raise TypeError(f"@job({name!r}): give at most one of every=, cron=, continuous=True")
-    if "/" in name and (every is not None or cron is not None or continuous):
-        # The job it declares would be one no API URL can reach (see models.NO_SLASH_IN_NAME).
-        raise TypeError(f"@job({name!r}): a job's name cannot contain '/'")
+    declares_job = every is not None or cron is not None or continuous
+    if declares_job and job_name_problems(name):
+        # The job it declares could not be saved (jobs.names).
+        raise TypeError(f"@job({name!r}): {' '.join(job_name_problems(name))}")
     step_seconds = None if step_every is None else parse_duration(step_every).total_seconds()
     if step_seconds is not None and step_seconds <= 0:
         raise TypeError(f"@job({name!r}): step_every must be positive")

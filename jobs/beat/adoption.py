@@ -21,6 +21,7 @@ from jobs import registry
 from jobs.audit import Actor
 from jobs.beat import entries, schedule_errors
 from jobs.models import Job, JobKind, validate_headers
+from jobs.names import job_name_for
 
 log = logging.getLogger(__name__)
 
@@ -196,10 +197,13 @@ def _job_for(entry: PeriodicTask) -> Job:
             "named like the platform's own entries (job:<name>), which belong to a job: "
             "this one's job was removed; delete the entry or rename it"
         )
-    if Job.objects.filter(name=entry.name).exists():
-        raise NotAdoptable(_name_taken(entry.name))
+    # A row's name a job cannot have (a slash, a space at an end) is carried as Celery's entry
+    # keys are, rather than refused.
+    name = job_name_for(entry.name)
+    if Job.objects.filter(name=name).exists():
+        raise NotAdoptable(_name_taken(name))
     _check_schedule(entry)
-    job = Job(name=entry.name, kind=JobKind.PERIODIC, adopted=True, periodic_task=entry)
+    job = Job(name=name, kind=JobKind.PERIODIC, adopted=True, periodic_task=entry)
     for name, value in _carried(entry).items():
         setattr(job, name, value)
     from jobs.services import validate_job

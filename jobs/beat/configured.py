@@ -30,7 +30,6 @@ import json
 import logging
 import math
 import numbers
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from jobs import registry
 from jobs.audit import Actor, AuditAction
 from jobs.models import BeatHeartbeat, CeleryConfiguration, Configured, Job
+from jobs.names import job_name_for
 
 log = logging.getLogger(__name__)
 
@@ -82,22 +82,6 @@ class Declared:
 
     def digest(self) -> str:
         return _digest([self.key, self.task, _jsonable(self.values), self.reason])
-
-
-def job_name_for(key: str) -> str:
-    """The job an entry key names: the key itself, unless it holds what a job name cannot (an
-    unnamed ``add_periodic_task`` key is the signature's repr, whose arguments may hold a path):
-    then "/" becomes a division slash (U+2215) and a control character a space, and a key too
-    long is cut with a digest of the whole, so the name is the same on every beat."""
-    name = _NOT_IN_JOB_NAMES.sub(lambda m: DIVISION_SLASH if m.group() == "/" else " ", key)
-    if len(name) > MAX_JOB_NAME:
-        name = f"{name[: MAX_JOB_NAME - 9]}~{_digest(key)[:8]}"
-    return name
-
-
-DIVISION_SLASH = "\u2215"
-_NOT_IN_JOB_NAMES = re.compile("[/\x00-\x1f\x7f-\x9f\u2028\u2029]")
-MAX_JOB_NAME = Job._meta.get_field("name").max_length or 190
 
 
 # --- reading Celery's configuration ---------------------------------------------------------

@@ -24,9 +24,9 @@ import pytest
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from jobs.beat import configured
 from jobs.beat.entries import schedule_of
 from jobs.models import AuditEntry, Configured, Job, JobRun, RunStatus
+from jobs.names import job_name_for
 from jobs.schedule import slots
 from tests.acceptance.conftest import ROOT, Cluster, pause_and_wait_for_beats, wait_for
 
@@ -116,9 +116,7 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
         DJANGO_SETTINGS_MODULE=SETTINGS, DECLARED_LOG=str(log), DECLARED_QUEUE=cluster.queue
     )
     _rows(cluster, log)
-    unnamed = {
-        configured.job_name_for(f"{APPEND}({str(log)!r}, {note!r})"): note for note in UNNAMED
-    }
+    unnamed = {job_name_for(f"{APPEND}({str(log)!r}, {note!r})"): note for note in UNNAMED}
     expected = {**CONFIGURED, **unnamed, **ROWS}
 
     # The pre-switch report, entry by entry: nothing written.
@@ -129,7 +127,7 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
         assert record["source"] == "celery configuration" and record["carried"], record
         assert record["job"] == name
     for key in (f"{APPEND}({str(log)!r}, {note!r})" for note in UNNAMED):
-        assert records[key]["carried"] and records[key]["job"] == configured.job_name_for(key)
+        assert records[key]["carried"] and records[key]["job"] == job_name_for(key)
         assert "/" not in records[key]["job"]
     for name in ROWS:
         assert records[name]["source"] == "django-celery-beat row" and records[name]["carried"]

@@ -86,6 +86,22 @@ def test_an_interval_entry_carries_everything_over_and_stays_the_jobs_entry() ->
     assert entry.name == "Importing contacts"  # left as it was
 
 
+@pytest.mark.parametrize(
+    ("entry_name", "job_name"),
+    [("reports/nightly", "reports\u2215nightly"), (" nightly ", "\u2420nightly\u2420")],
+)
+def test_an_entry_named_as_no_job_can_be_is_adopted_under_the_name_its_key_would_get(
+    entry_name: str, job_name: str
+) -> None:
+    # Lossless: the schedule keeps running, under a name the API's URLs and listings can show.
+    entry = _entry(entry_name)
+    [verdict] = adoption.adopt()
+    assert verdict.adoptable, verdict.reason
+    assert Job.objects.get(name=job_name).periodic_task == entry
+    entry.refresh_from_db()
+    assert entry.name == entry_name
+
+
 def test_crontab_with_its_zone_and_clocked_one_off_entries_are_adopted() -> None:
     crontab = CrontabSchedule.objects.create(
         minute="30", hour="7", day_of_week="1", timezone=zoneinfo.ZoneInfo("Canada/Pacific")

@@ -735,3 +735,15 @@ def test_a_task_s_summary_is_its_first_sentence_never_cut_mid_sentence() -> None
     choices = dict(JobForm().fields["task"].widget.choices)
     assert choices["tests.cli_wrapped_summary"] == f"tests.cli_wrapped_summary — {wrapped}"
     assert choices["tests.cli_long_summary"] == f"tests.cli_long_summary — {long}"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", [" ", " report", "report ", "report\u3000", ""])
+def test_add_a_blank_or_padded_name(name: str) -> None:
+    # It would print like another job's name, or like none, in every listing.
+    error = jobs_error("add", name, "--task", "tests.cli_example", "--every", "10s")
+    assert str(error) == (
+        "jobs add: error: NAME: A job name cannot be blank or begin or end with a space."
+    ) or "NAME: This field cannot be blank." in str(error)
+    assert error.returncode == 2
+    assert not Job.objects.exists()

@@ -24,6 +24,7 @@ from jobs.audit import Actor
 from jobs.beat import configured
 from jobs.beat.entries import schedule_of
 from jobs.models import AuditEntry, BeatHeartbeat, CeleryConfiguration, Configured, Job
+from jobs.names import job_name_for
 from jobs.schedule.kinds import Cron, Every, Solar
 from project.celery import app
 
@@ -173,7 +174,7 @@ def test_unnamed_add_periodic_task_entries_get_celerys_key_and_the_last_one_wins
     assert "shadowed a previous unnamed periodic task" in caplog.text
     _start("beat-a")
     # The key's arguments hold a path: a job name cannot hold "/", so it holds U+2215.
-    job = Job.objects.select_related("periodic_task").get(name=configured.job_name_for(first))
+    job = Job.objects.select_related("periodic_task").get(name=job_name_for(first))
     assert job.name == f"{APPEND}('\u2215tmp\u2215never-written')"
     assert schedule_of(job.periodic_task) == Every(120)  # the last one
     assert Job.objects.get(name=named).args == [LOG, "q"]

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from jobs.names import has_control_character, no_control_characters
+from jobs.names import (
+    MAX_JOB_NAME,
+    has_control_character,
+    is_padded_or_blank,
+    job_name_for,
+    job_name_problems,
+    no_control_characters,
+    not_padded,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,3 +42,48 @@ def test_the_validator_refuses_them_naming_what_it_checks() -> None:
     ]
     with pytest.raises(ValidationError):
         validator("trailing\n")  # \Z, not $: a final line break is one too
+
+
+@pytest.mark.parametrize(
+    "text", ["", " ", " report", "report ", "report\u00a0", "\u3000report", "report\u2009"]
+)
+def test_blank_names_and_names_with_a_space_at_an_end_are_padded(text: str) -> None:
+    assert is_padded_or_blank(text)
+    with pytest.raises(ValidationError) as info:
+        not_padded("A job name")(text)
+    assert info.value.messages == ["A job name cannot be blank or begin or end with a space."]
+
+
+@pytest.mark.parametrize("text", ["report", "nightly report", "a", "東京 report"])
+def test_names_with_inner_spaces_are_not(text: str) -> None:
+    assert not is_padded_or_blank(text)
+
+
+def test_the_spaces_are_every_space_python_knows_that_is_not_a_control_character() -> None:
+    spaces = {
+        chr(c) for c in range(0x110000) if chr(c).isspace() and not has_control_character(chr(c))
+    }
+    assert spaces and all(is_padded_or_blank(space) for space in spaces)
+
+
+@pytest.mark.parametrize(
+    ("key", "name"),
+    [
+        ("nightly-report", "nightly-report"),
+        ("reports/nightly", "reports\u2215nightly"),
+        ("line\nbreak", "line break"),
+        (" padded ", "\u2420padded\u2420"),
+        ("\nleading", "\u2420leading"),
+        ("", "\u2420"),
+    ],
+)
+def test_an_entry_key_names_the_job_it_would_if_it_were_a_job_name(key: str, name: str) -> None:
+    assert job_name_for(key) == name
+    assert job_name_problems(name) == []
+    assert job_name_for(name) == name  # a job's own name is kept: the same on every pass
+
+
+def test_a_key_too_long_is_cut_with_a_digest_of_the_whole() -> None:
+    first, second = job_name_for("x" * 300 + "a"), job_name_for("x" * 300 + "b")
+    assert len(first) == len(second) == MAX_JOB_NAME and first != second
+    assert job_name_for(first) == first

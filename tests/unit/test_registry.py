@@ -7,10 +7,21 @@ import pytest
 from jobs import registry
 
 
-def test_a_declared_job_name_with_a_slash_is_refused_at_import() -> None:
-    with pytest.raises(TypeError, match="a job's name cannot contain '/'"):
-        registry.job("reports/nightly", every="1h")
-    assert not registry.is_registered("reports/nightly")
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("reports/nightly", "A job name cannot contain '/'"),
+        ("reports\nnightly", "A job name cannot contain a line break"),
+        (" nightly", "A job name cannot be blank or begin or end with a space"),
+        ("nightly\u3000", "A job name cannot be blank or begin or end with a space"),
+    ],
+)
+def test_a_declared_job_name_the_job_could_not_have_is_refused_at_import(
+    name: str, message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        registry.job(name, every="1h")
+    assert not registry.is_registered(name)
 
 
 @pytest.mark.parametrize(
