@@ -188,7 +188,7 @@ def _run_kwargs(run: Publication) -> dict[str, Any]:
 
 
 def _template(sample: Publication, producer: Any) -> _Template:
-    """Celery's own message for ``sample``'s run, through ``dispatch.publish``."""
+    """Celery's own message for ``sample``'s run, through ``messages.publish``."""
     keeping = _KeepingProducer(producer)
     publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping, sent_event=False)
     task_id = task_id_for(sample.run_id)
@@ -214,7 +214,7 @@ def _template(sample: Publication, producer: Any) -> _Template:
 
 def _shape(job: Job) -> tuple[Any, ...]:
     # The task a message names, and whether it carries the job's name as Celery's display name
-    # (``shadow``, see ``dispatch.publish``): the one header that differs between such jobs. A
+    # (``shadow``, see ``messages.publish``): the one header that differs between such jobs. A
     # job's custom headers are part of its template (an adopted job's name among them).
     message_task = registry.get(job.task).message_task
     headers = message_headers(job)

@@ -28,7 +28,7 @@ from celery.result import AsyncResult, EagerResult
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import dispatch, jsonvalues, messages, registry
+from jobs import jsonvalues, messages, registry
 from jobs.exceptions import BadLockKey, DuplicateCall, NoJobForCall, NotTriggerable
 from jobs.guard.delivery import report
 from jobs.models import LIVE_LEASE, Job, JobKind, JobRun, Lease, RunStatus, Trigger
@@ -253,7 +253,7 @@ def publish_call(job: Job, run: JobRun) -> None:
     it scheduled for maintenance to re-publish."""
     eta = run.scheduled_for if run.scheduled_for > timezone.now() else None
     try:
-        dispatch.publish(job, run.pk, run.scheduled_for, eta=eta)
+        messages.publish(job, run.pk, run.scheduled_for, eta=eta)
     except Exception:
         log.exception(
             "publishing a call failed; it stays scheduled for maintenance to re-publish",

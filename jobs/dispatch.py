@@ -15,11 +15,10 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import bulk_publish, registry
+from jobs import bulk_publish, messages, registry
 from jobs.conf import get_conf
 from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
-from jobs.messages import publish
 from jobs.models import Job, JobKind, JobRun, Trigger
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,7 @@ class Publishing:
             return
         for job, run_id, scheduled_for in publishable:
             try:
-                publish(
+                messages.publish(
                     job, run_id, scheduled_for, producer=self.producer, sent_event=self.sent_event
                 )
             except Exception:
@@ -117,7 +116,7 @@ def publish_retry(job: Job, retry: run_records.NewRun) -> None:
     """Publish a retry run for its time; a failed publish leaves it ``scheduled`` for
     maintenance to re-publish."""
     try:
-        publish(job, retry.run_id, retry.scheduled_for, eta=retry.scheduled_for)
+        messages.publish(job, retry.run_id, retry.scheduled_for, eta=retry.scheduled_for)
     except Exception:
         log.exception(
             "publishing a retry failed; it stays scheduled for maintenance to re-publish",

@@ -43,35 +43,27 @@ def is_padded_or_blank(text: str) -> bool:
     return _PADDED_OR_BLANK.search(text) is not None
 
 
+def _refusing(pattern: str, message: str, code: str) -> RegexValidator:
+    return RegexValidator(pattern, message, code=code, inverse_match=True)
+
+
 def no_control_characters(what: str) -> RegexValidator:
     """A model field's validator refusing them in ``what`` (e.g. "A queue name")."""
-    return RegexValidator(
-        HOLDS_CONTROL_CHARACTER,
-        f"{what} cannot contain a line break or another control character.",
-        code="control_character_in_name",
-        inverse_match=True,
-    )
+    message = f"{what} cannot contain a line break or another control character."
+    return _refusing(HOLDS_CONTROL_CHARACTER, message, "control_character_in_name")
 
 
 def not_padded(what: str) -> RegexValidator:
     """A model field's validator refusing a blank ``what`` or one with a space at either end."""
-    return RegexValidator(
-        PADDED_OR_BLANK,
-        f"{what} cannot be blank or begin or end with a space.",
-        code="padded_name",
-        inverse_match=True,
-    )
+    message = f"{what} cannot be blank or begin or end with a space."
+    return _refusing(PADDED_OR_BLANK, message, "padded_name")
 
 
 def no_slash(what: str, url: str) -> RegexValidator:
     """For a name that is a path segment of the API's ``url``: a slash would make it one that no
     URL can reach (a client's %2F arrives decoded)."""
-    return RegexValidator(
-        HOLDS_SLASH,
-        f"{what} cannot contain '/': it is part of the API's URLs ({url}).",
-        code="slash_in_name",
-        inverse_match=True,
-    )
+    message = f"{what} cannot contain '/': it is part of the API's URLs ({url})."
+    return _refusing(HOLDS_SLASH, message, "slash_in_name")
 
 
 def printable_name_check(field: str, *, slash: bool) -> Q:

@@ -11,7 +11,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from jobs import dispatch
+from jobs import messages
 from jobs.guard import lease, reconnect, run_records, shutdown_notice
 from jobs.guard.lease import HeldLease, LeaseHolder
 from jobs.models import Job, Overlap
@@ -170,7 +170,7 @@ def _hand_back(job: Job, run_id: int, waiting: str) -> HandedBack | None:
         return None  # recorded meanwhile: no longer this worker's
     reason = f"the worker is shutting down; the run was {waiting}"
     try:
-        dispatch.publish(job, run_id, slot)
+        messages.publish(job, run_id, slot)
     except Exception:  # the broker is gone too: maintenance re-publishes it
         log.exception(
             "publishing a handed-back run failed; maintenance will re-publish it",

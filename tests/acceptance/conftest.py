@@ -251,7 +251,7 @@ class Broker:
 
     @contextlib.contextmanager
     def producer(self) -> Iterator[Any]:
-        """A producer on this broker, for ``jobs.dispatch.publish`` from the test process (whose
+        """A producer on this broker, for ``jobs.messages.publish`` from the test process (whose
         Celery app is configured with the suite's broker)."""
         with current_app.connection_for_write(self.url) as conn:
             yield conn.Producer()

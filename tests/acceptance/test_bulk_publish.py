@@ -26,7 +26,7 @@ from bench.beat_bench import create_jobs
 from devtools.__main__ import flower_state_options
 from devtools.rabbitmq import private_rabbitmq_node
 from devtools.services import free_port, start_redis
-from jobs import bulk_publish, dispatch
+from jobs import bulk_publish, messages
 from jobs.amqp_frames import BufferedPublishing
 from jobs.audit import Actor
 from jobs.models import Job, JobRun, RunStatus, Trigger
@@ -116,7 +116,7 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
     ]
     with broker.producer() as producer:
         for run in runs:
-            dispatch.publish(run.job, run.pk, run.scheduled_for, producer=producer)
+            messages.publish(run.job, run.pk, run.scheduled_for, producer=producer)
         by_send_task = _drain(broker.url, queue)
         sent = bulk_publish.publish_burst(
             [bulk_publish.Publication(run.job, run.pk, run.scheduled_for) for run in runs],

@@ -12,7 +12,7 @@ from django.test import Client, override_settings
 
 import tests.support.jobs_under_test
 import tests.support.plain_tasks  # noqa: F401  (registers plain Celery tasks)
-from jobs import dispatch
+from jobs import messages
 from jobs.audit import Actor
 from jobs.conf import get_alerts_conf
 from jobs.models import Job
@@ -53,7 +53,7 @@ def published(monkeypatch: pytest.MonkeyPatch) -> Published:
     def publish(job: Job, run_id: int, scheduled_for: datetime, *_: Any, **options: Any) -> None:
         sent.append((run_id, options.get("eta")))
 
-    monkeypatch.setattr(dispatch, "publish", publish)
+    monkeypatch.setattr(messages, "publish", publish)
     return sent
 
 

@@ -24,7 +24,7 @@ from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule, IntervalSchedule, PeriodicTask
 
-from jobs import bulk_publish, dispatch, services
+from jobs import bulk_publish, messages, services
 from jobs.audit import Actor
 from jobs.beat import adoption, entries, retiring
 from jobs.beat.scheduler import ClusterScheduler
@@ -131,7 +131,7 @@ def test_a_plain_job_without_headers_sees_no_custom_header(
     log = tmp_path / "seen.log"
     job = Job.objects.create(name="plain", task=HEADERS, args=[str(log)], queue=QUEUE)
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    dispatch.publish(job, run.pk, run.scheduled_for)
+    messages.publish(job, run.pk, run.scheduled_for)
     assert _execute_queued() == 1
     assert _seen(log) == [{"periodic_task_name": None, "tenant": None, "headers": None}]
 
@@ -215,7 +215,7 @@ def test_a_run_past_its_jobs_expiry_does_not_run_and_the_job_is_paused_visibly(
     adoption.sync([job.pk])
     job.refresh_from_db()
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
-    dispatch.publish(job, run.pk, run.scheduled_for)
+    messages.publish(job, run.pk, run.scheduled_for)
     assert _execute_queued() == 1
     assert not log.exists()  # the worker dropped the expired message, as under stock beat
     assert serializers.next_slot(job, timezone.now()) is None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jobs import dispatch
+from jobs import dispatch, messages
 from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus, Trigger
@@ -42,7 +42,7 @@ def publishes(monkeypatch: pytest.MonkeyPatch) -> Publishes:
             raise ConnectionError("broker down")
         captured.sent.append((run_id, scheduled_for, options))
 
-    monkeypatch.setattr(dispatch, "publish", publish)
+    monkeypatch.setattr(messages, "publish", publish)
     return captured
 
 

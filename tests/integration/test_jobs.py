@@ -12,7 +12,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-from jobs import dispatch
+from jobs import messages
 from jobs.models import Job, JobRun
 from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
 
@@ -230,7 +230,7 @@ def test_run_with_the_broker_down_still_prints_the_id_of_the_recorded_run(
     def unreachable(*_args: object, **_kwargs: object) -> None:
         raise BrokerUnreachable("Error 111 connecting to 127.0.0.1:1. Connection refused.")
 
-    monkeypatch.setattr(dispatch, "publish", unreachable)
+    monkeypatch.setattr(messages, "publish", unreachable)
     out = jobs("run", "report")
     run = JobRun.objects.get()
     assert out == f"{run.pk}\n"

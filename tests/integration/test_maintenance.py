@@ -13,7 +13,7 @@ import redis
 from django.db.models import F
 from django.utils import timezone
 
-from jobs import dispatch
+from jobs import dispatch, messages
 from jobs.beat import slot_records
 from jobs.guard import lease
 from jobs.models import Job, JobRun, RunStatus, Trigger
@@ -69,7 +69,7 @@ def _sent(job: Job, count: int, *, age: float) -> list[JobRun]:
     """``count`` due runs whose messages went out ``age`` s ago and still wait in the queue."""
     runs = [_run(job, age=age + n, dispatched=age) for n in range(count)]
     for run in runs:
-        dispatch.publish(job, run.pk, run.scheduled_for)
+        messages.publish(job, run.pk, run.scheduled_for)
     return runs
 
 
@@ -122,7 +122,7 @@ def test_messages_on_their_way_or_taken_while_the_queue_is_read_are_never_counte
         # Right after: that beat publishes its run and stamps it, and another beat records,
         # publishes and stamps a new slot.
         for run in (recorded, _run(job, age=0, dispatched=None)):
-            dispatch.publish(job, run.pk, run.scheduled_for)
+            messages.publish(job, run.pk, run.scheduled_for)
             slot_records.mark_published([run.pk])
         return depths
 
@@ -146,8 +146,8 @@ def test_only_runs_whose_messages_went_out_are_stamped_sent(
             raise ConnectionError("the broker went away")
         real_publish(job, run_id, *args, **kwargs)
 
-    real_publish = dispatch.publish
-    monkeypatch.setattr(dispatch, "publish", publish)
+    real_publish = messages.publish
+    monkeypatch.setattr(messages, "publish", publish)
     with dispatch.publishing() as publisher:
         publisher.add([(job, out.pk, out.scheduled_for), (job, failing.pk, failing.scheduled_for)])
     assert publisher.published == [out.pk]

@@ -16,7 +16,6 @@ from django.test import override_settings
 from django.utils import timezone
 from kombu import Connection
 
-from jobs import dispatch
 from jobs import messages as run_messages
 from jobs.conf import get_ops_conf
 from jobs.exceptions import RunFailed, RunLost
@@ -110,8 +109,8 @@ def test_a_job_named_apart_from_its_function_is_shown_under_its_name(
     monkeypatch.setattr(publisher, "publish", publish)
 
     with _queue(queue) as messages:
-        dispatch.publish(renamed, 41, timezone.now())
-        dispatch.publish(same, 42, timezone.now())
+        run_messages.publish(renamed, 41, timezone.now())
+        run_messages.publish(same, 42, timezone.now())
         first, second = messages.get(timeout=5), messages.get(timeout=5)
 
     # The worker runs the function (the task), Celery shows the shadow name (logs, events).
