@@ -109,10 +109,11 @@ def _seconds(value: float | None) -> str | None:
     return None if value is None else f"{value:.2f} s"
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows the cluster writes; people only look at them."""
+class ViewOnly:
+    """No add, change or delete for anyone: only the view permission counts. A model admin's
+    ``has_add_permission`` is asked without ``obj``, an inline's with it."""
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -120,6 +121,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(ViewOnly, admin.ModelAdmin):
+    """Rows the cluster writes; people only look at them."""
 
 
 class RecentFormSet(BaseInlineFormSet):
@@ -147,21 +152,12 @@ class RecentAuditFormSet(RecentFormSet):
     limit = RECENT_AUDIT_ENTRIES
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(ViewOnly, admin.TabularInline):
     """History shown on a job's page: nothing to add, change or delete there."""
 
     show_change_link = True
     extra = 0
     can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class RecentRunsInline(ReadOnlyInline):
