@@ -31,9 +31,7 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,6 +48,7 @@ from celery import shared_task
 
 from bench.databases import fresh_database, recreate
 from bench.measure import append_stamp
+from bench.processes import CELERY, Processes
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -324,10 +323,10 @@ def measure_dispatch_with_beats(
     broker = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
     queue = f"bench-dispatch-{uuid.uuid4().hex[:8]}"
     _wipe()
-    processes = _Processes(_process_env(database_url), tmp)
+    processes = Processes(_process_env(database_url), tmp, grace=20)
     try:
         for n in range(beats):
-            processes.start(f"dispatch-beat-{n}", "beat", "-l", "info")
+            processes.start(f"dispatch-beat-{n}", [*CELERY, "beat", "-l", "info"])
         _wait(
             lambda: all("beat loaded" in processes.log(f"dispatch-beat-{n}") for n in range(beats)),
             120,
@@ -512,37 +511,6 @@ def _entry_probe(kind: str, ticking: _Ticking) -> Callable[[str], Any]:
 # --- lag with real processes -----------------------------------------------------------------
 
 
-class _Processes:
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env, self.logs = env, logs
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *argv: str) -> None:
-        out = (self.logs / f"{name}.log").open("wb")
-        self.running[name] = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "project", *argv],
-            env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-        out.close()
-
-    def log(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text(errors="replace")
-
-    def stop_all(self) -> None:
-        for process in self.running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.running.values():
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.running.clear()
-
-
 def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -571,12 +539,12 @@ def measure_lag(database_url: str, tmp: Path) -> dict[str, Any]:
     # Ours: 3 beats, 2 workers.
     _wipe()
     queue = f"bench-lag-{uuid.uuid4().hex[:8]}"
-    processes = _Processes(env, tmp)
+    processes = Processes(env, tmp, grace=20)
     try:
         for n in (1, 2, 3):
-            processes.start(f"beat-{n}", "beat", "-l", "info")
+            processes.start(f"beat-{n}", [*CELERY, "beat", "-l", "info"])
         for n in (1, 2):
-            processes.start(f"worker-{n}", *worker, "-n", f"bench{n}@%h", "-Q", queue)
+            processes.start(f"worker-{n}", [*CELERY, *worker, "-n", f"bench{n}@%h", "-Q", queue])
         _wait(
             lambda: (
                 all("beat loaded" in processes.log(f"beat-{n}") for n in (1, 2, 3))
@@ -641,11 +609,11 @@ def _stock_starts(
     _wipe()
     queue = f"bench-lag-{uuid.uuid4().hex[:8]}"
     log = tmp / f"stock-{beats}.log"
-    processes = _Processes(env, tmp)
+    processes = Processes(env, tmp, grace=20)
     workers = [f"stock-worker-{beats}-{n}" for n in (1, 2)]
     try:
         for n, name in enumerate(workers):
-            processes.start(name, *worker, "-n", f"s{n}@%h", "-Q", queue)
+            processes.start(name, [*CELERY, *worker, "-n", f"s{n}@%h", "-Q", queue])
         _wait(
             lambda: all(" ready." in processes.log(name) for name in workers),
             120,
@@ -662,7 +630,8 @@ def _stock_starts(
         for n in range(beats):
             processes.start(
                 f"stock-beat-{beats}-{n}",
-                "beat", "-l", "info", "-S", "django_celery_beat.schedulers:DatabaseScheduler",
+                [*CELERY, "beat", "-l", "info", "-S",
+                 "django_celery_beat.schedulers:DatabaseScheduler"],
             )  # fmt: skip
         _wait(log.exists, 120, "the first stock run")
         window_start = time.time() + 5

@@ -37,9 +37,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.beat_bench import _ours, _process_env, _Processes, _quiet, _wait, _wipe, create_jobs
+from bench.beat_bench import _ours, _process_env, _quiet, _wait, _wipe, create_jobs
 from bench.databases import django_on_fresh_database
 from bench.measure import percentile
+from bench.processes import CELERY, Processes
 
 CHUNK = 500
 
@@ -277,11 +278,11 @@ def three_beats(count: int, database_url: str, broker: str, tmp: Path) -> dict[s
     queue = _Queue(broker, name)
     _wipe()
     create_jobs(count, queue=name, every=lambda n: 3600, anchor=datetime(2100, 1, 1, tzinfo=UTC))
-    processes = _Processes(_process_env(database_url), tmp)
+    processes = Processes(_process_env(database_url), tmp, grace=20)
     beats = [f"burst-beat-{n}" for n in range(3)]
     try:
         for beat in beats:
-            processes.start(beat, "beat", "-l", "info")
+            processes.start(beat, [*CELERY, "beat", "-l", "info"])
         _wait(lambda: all("beat loaded" in processes.log(b) for b in beats), 300, "beats started")
         anchor = timezone.now().replace(microsecond=0) + timedelta(seconds=5 + count // 10_000)
         _due_at(anchor)
