@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -46,7 +45,7 @@ from typing import Any
 
 from celery import shared_task
 
-from bench.databases import fresh_database, recreate
+from bench.databases import django_on_fresh_database
 from bench.measure import append_stamp
 from bench.processes import CELERY, Processes
 from jobs import job
@@ -738,27 +737,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
 
-    url = os.environ.get("DATABASE_URL")
-    if not url or not url.startswith("postgres") or not os.environ.get("CELERY_BROKER_URL"):
-        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
-        return 2
-    name, bench_url, admin = fresh_database(url, "_beat_bench")
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
-        DJANGO_SETTINGS_MODULE="project.settings",
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
     sizes = [int(size) for size in args.sizes.split(",") if size]
     pickup_sizes = {int(size) for size in args.pickup_sizes.split(",") if size}
     results: dict[str, Any] = {"sizes": [], "pickup": []}
-    try:
-        call_command("migrate", verbosity=0)
+    with django_on_fresh_database("_beat_bench", None) as bench_url:
         with _quiet():
             for size in sizes:
                 print(f"{size} jobs: start-up and idle tick", flush=True)
@@ -780,9 +762,6 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 print("lag at 50 runs/s with real processes", flush=True)
                 results["lag"] = measure_lag(bench_url, Path(tmp))
-    finally:
-        connections.close_all()
-        recreate(admin, name, create=False)
 
     print()
     print(f"beat benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPU(s)")
