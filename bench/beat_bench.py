@@ -194,6 +194,19 @@ def _quiet() -> Iterator[None]:
 # --- start-up and idle tick ------------------------------------------------------------------
 
 
+def _record_startup_and_idle(
+    result: dict[str, Any], scheduler: str, startups: list[float], ticks: list[float]
+) -> None:
+    """Put one scheduler's start-ups and idle ticks (seconds) in ``result``, and say them."""
+    result[f"{scheduler}_startup"] = _summary(startups)
+    result[f"{scheduler}_idle_tick"] = _summary(ticks)
+    print(
+        f"  {scheduler + ':':6} start-up {statistics.median(startups):.3f} s, "
+        f"idle tick {statistics.median(ticks) * 1000:.3f} ms",
+        flush=True,
+    )
+
+
 def measure_startup_and_idle(count: int, rounds: int, stock_rounds: int) -> dict[str, Any]:
 
     _wipe()
@@ -213,13 +226,7 @@ def measure_startup_and_idle(count: int, rounds: int, stock_rounds: int) -> dict
             scheduler.tick()  # as celery beat calls it: with the heartbeat it records
             ticks.append(time.perf_counter() - began)
         del scheduler
-    result["ours_startup"] = _summary(startups)
-    result["ours_idle_tick"] = _summary(ticks)
-    print(
-        f"  ours:  start-up {statistics.median(startups):.3f} s, "
-        f"idle tick {statistics.median(ticks) * 1000:.3f} ms",
-        flush=True,
-    )
+    _record_startup_and_idle(result, "ours", startups, ticks)
 
     startups, ticks = [], []
     tick_count = 50 if count <= 10_000 else 10
@@ -233,13 +240,7 @@ def measure_startup_and_idle(count: int, rounds: int, stock_rounds: int) -> dict
             stock.tick()
             ticks.append(time.perf_counter() - began)
         stock.close()  # its final sync, while the database still exists
-    result["stock_startup"] = _summary(startups)
-    result["stock_idle_tick"] = _summary(ticks)
-    print(
-        f"  stock: start-up {statistics.median(startups):.3f} s, "
-        f"idle tick {statistics.median(ticks) * 1000:.3f} ms",
-        flush=True,
-    )
+    _record_startup_and_idle(result, "stock", startups, ticks)
     return result
 
 
