@@ -47,7 +47,7 @@ from celery import shared_task
 
 from bench.databases import django_on_fresh_database
 from bench.measure import append_stamp
-from bench.processes import CELERY, Processes
+from bench.processes import CELERY, Processes, wait_until
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,7 +327,7 @@ def measure_dispatch_with_beats(
     try:
         for n in range(beats):
             processes.start(f"dispatch-beat-{n}", [*CELERY, "beat", "-l", "info"])
-        _wait(
+        wait_until(
             lambda: all("beat loaded" in processes.log(f"dispatch-beat-{n}") for n in range(beats)),
             120,
             "beats started",
@@ -511,14 +511,6 @@ def _entry_probe(kind: str, ticking: _Ticking) -> Callable[[str], Any]:
 # --- lag with real processes -----------------------------------------------------------------
 
 
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.2)
-
-
 def _period_errors(starts: dict[str, list[float]]) -> list[float]:
     errors: list[float] = []
     for times in starts.values():
@@ -545,7 +537,7 @@ def measure_lag(database_url: str, tmp: Path) -> dict[str, Any]:
             processes.start(f"beat-{n}", [*CELERY, "beat", "-l", "info"])
         for n in (1, 2):
             processes.start(f"worker-{n}", [*CELERY, *worker, "-n", f"bench{n}@%h", "-Q", queue])
-        _wait(
+        wait_until(
             lambda: (
                 all("beat loaded" in processes.log(f"beat-{n}") for n in (1, 2, 3))
                 and all(" ready." in processes.log(f"worker-{n}") for n in (1, 2))
@@ -556,7 +548,7 @@ def measure_lag(database_url: str, tmp: Path) -> dict[str, Any]:
         create_jobs(LAG_JOBS, queue=queue, every=lambda n: 1, prefix="lag")
         window_start = timezone.now() + timedelta(seconds=5)
         window_end = window_start + timedelta(seconds=LAG_SECONDS)
-        _wait(lambda: timezone.now() > window_end + timedelta(seconds=5), 120, "the window")
+        wait_until(lambda: timezone.now() > window_end + timedelta(seconds=5), 120, "the window")
         runs = list(
             JobRun.objects.filter(
                 scheduled_for__gte=window_start, scheduled_for__lt=window_end
@@ -614,7 +606,7 @@ def _stock_starts(
     try:
         for n, name in enumerate(workers):
             processes.start(name, [*CELERY, *worker, "-n", f"s{n}@%h", "-Q", queue])
-        _wait(
+        wait_until(
             lambda: all(" ready." in processes.log(name) for name in workers),
             120,
             "workers started",
@@ -633,10 +625,10 @@ def _stock_starts(
                 [*CELERY, "beat", "-l", "info", "-S",
                  "django_celery_beat.schedulers:DatabaseScheduler"],
             )  # fmt: skip
-        _wait(log.exists, 120, "the first stock run")
+        wait_until(log.exists, 120, "the first stock run")
         window_start = time.time() + 5
         window_end = window_start + LAG_SECONDS
-        _wait(lambda: time.time() > window_end + 3, 120, "the window")
+        wait_until(lambda: time.time() > window_end + 3, 120, "the window")
     finally:
         processes.stop_all()
     starts: dict[str, list[float]] = defaultdict(list)

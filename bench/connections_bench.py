@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,19 +43,11 @@ from typing import Any
 
 import psycopg
 
-from bench.processes import CELERY, Processes
+from bench.processes import CELERY, Processes, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS_MODULE = "bench.connections_jobs"
 LEASE_TTL = 3
-
-
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.2)
 
 
 def _free_port() -> int:
@@ -315,7 +307,7 @@ def run(args: argparse.Namespace, url: str, logs: Path) -> dict[str, Any]:
                        f"127.0.0.1:{web_port}", "--noreload"]  # fmt: skip
                 web_env["DJANGO_DEBUG"] = "1"  # runserver serves nothing without it
             processes.start("web", web, web_env)
-            _wait(
+            wait_until(
                 lambda: all(
                     "beat loaded" in processes.log(f"beat-{n}")
                     and "ready." in processes.log(f"worker-{n}")
@@ -324,9 +316,9 @@ def run(args: argparse.Namespace, url: str, logs: Path) -> dict[str, Any]:
                 120,
                 "beats and workers to start",
             )
-            _wait(lambda: _answers(web_port), 60, "the web to answer")
+            wait_until(lambda: _answers(web_port), 60, "the web to answer")
             _create_jobs(queue, args.jobs)
-            _wait(lambda: _runs_by_status().get("succeeded", 0) >= args.jobs, 60, "first runs")
+            wait_until(lambda: _runs_by_status().get("succeeded", 0) >= args.jobs, 60, "first runs")
             token = tokens.create(f"bench-{uuid.uuid4().hex[:6]}", actor=Actor.code("bench"))[1]
             sampler.mark()
 

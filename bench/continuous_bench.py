@@ -42,6 +42,7 @@ import psycopg
 
 from bench.databases import admin_url, django_on_fresh_database
 from bench.measure import percentile
+from bench.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,11 +67,7 @@ class Results:
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(poll)
+    wait_until(condition, timeout, f"timed out after {timeout}s waiting for {what}", poll)
 
 
 class Bench:

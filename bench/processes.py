@@ -1,5 +1,6 @@
 """The Celery (and web) processes a benchmark starts: each in a session of its own, its output in
-a log file of its own, stopped as a group (SIGTERM, then SIGKILL after a grace period)."""
+a log file of its own, stopped as a group (SIGTERM, then SIGKILL after a grace period); and the
+polling a benchmark does while they work (``wait_until``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,3 +53,13 @@ class Processes:
 
     def stop_all(self) -> None:
         self.stop(*list(self.running))
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> None:
+    """Poll ``condition`` every ``poll`` seconds until true; ``TimeoutError(what)`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(poll)
