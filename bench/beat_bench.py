@@ -31,10 +31,7 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -48,8 +45,9 @@ from typing import Any
 
 from celery import shared_task
 
-from bench.databases import fresh_database, recreate
+from bench.databases import django_on_fresh_database
 from bench.measure import append_stamp
+from bench.processes import CELERY, Processes, wait_until
 from jobs import job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,6 +194,19 @@ def _quiet() -> Iterator[None]:
 # --- start-up and idle tick ------------------------------------------------------------------
 
 
+def _record_startup_and_idle(
+    result: dict[str, Any], scheduler: str, startups: list[float], ticks: list[float]
+) -> None:
+    """Put one scheduler's start-ups and idle ticks (seconds) in ``result``, and say them."""
+    result[f"{scheduler}_startup"] = _summary(startups)
+    result[f"{scheduler}_idle_tick"] = _summary(ticks)
+    print(
+        f"  {scheduler + ':':6} start-up {statistics.median(startups):.3f} s, "
+        f"idle tick {statistics.median(ticks) * 1000:.3f} ms",
+        flush=True,
+    )
+
+
 def measure_startup_and_idle(count: int, rounds: int, stock_rounds: int) -> dict[str, Any]:
 
     _wipe()
@@ -215,13 +226,7 @@ def measure_startup_and_idle(count: int, rounds: int, stock_rounds: int) -> dict
             scheduler.tick()  # as celery beat calls it: with the heartbeat it records
             ticks.append(time.perf_counter() - began)
         del scheduler
-    result["ours_startup"] = _summary(startups)
-    result["ours_idle_tick"] = _summary(ticks)
-    print(
-        f"  ours:  start-up {statistics.median(startups):.3f} s, "
-        f"idle tick {statistics.median(ticks) * 1000:.3f} ms",
-        flush=True,
-    )
+    _record_startup_and_idle(result, "ours", startups, ticks)
 
     startups, ticks = [], []
     tick_count = 50 if count <= 10_000 else 10
@@ -235,13 +240,7 @@ def measure_startup_and_idle(count: int, rounds: int, stock_rounds: int) -> dict
             stock.tick()
             ticks.append(time.perf_counter() - began)
         stock.close()  # its final sync, while the database still exists
-    result["stock_startup"] = _summary(startups)
-    result["stock_idle_tick"] = _summary(ticks)
-    print(
-        f"  stock: start-up {statistics.median(startups):.3f} s, "
-        f"idle tick {statistics.median(ticks) * 1000:.3f} ms",
-        flush=True,
-    )
+    _record_startup_and_idle(result, "stock", startups, ticks)
     return result
 
 
@@ -324,11 +323,11 @@ def measure_dispatch_with_beats(
     broker = redis.Redis.from_url(str(settings.CELERY_BROKER_URL))
     queue = f"bench-dispatch-{uuid.uuid4().hex[:8]}"
     _wipe()
-    processes = _Processes(_process_env(database_url), tmp)
+    processes = Processes(_process_env(database_url), tmp, grace=20)
     try:
         for n in range(beats):
-            processes.start(f"dispatch-beat-{n}", "beat", "-l", "info")
-        _wait(
+            processes.start(f"dispatch-beat-{n}", [*CELERY, "beat", "-l", "info"])
+        wait_until(
             lambda: all("beat loaded" in processes.log(f"dispatch-beat-{n}") for n in range(beats)),
             120,
             "beats started",
@@ -512,45 +511,6 @@ def _entry_probe(kind: str, ticking: _Ticking) -> Callable[[str], Any]:
 # --- lag with real processes -----------------------------------------------------------------
 
 
-class _Processes:
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env, self.logs = env, logs
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *argv: str) -> None:
-        out = (self.logs / f"{name}.log").open("wb")
-        self.running[name] = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "project", *argv],
-            env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-        out.close()
-
-    def log(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text(errors="replace")
-
-    def stop_all(self) -> None:
-        for process in self.running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.running.values():
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.running.clear()
-
-
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.2)
-
-
 def _period_errors(starts: dict[str, list[float]]) -> list[float]:
     errors: list[float] = []
     for times in starts.values():
@@ -571,13 +531,13 @@ def measure_lag(database_url: str, tmp: Path) -> dict[str, Any]:
     # Ours: 3 beats, 2 workers.
     _wipe()
     queue = f"bench-lag-{uuid.uuid4().hex[:8]}"
-    processes = _Processes(env, tmp)
+    processes = Processes(env, tmp, grace=20)
     try:
         for n in (1, 2, 3):
-            processes.start(f"beat-{n}", "beat", "-l", "info")
+            processes.start(f"beat-{n}", [*CELERY, "beat", "-l", "info"])
         for n in (1, 2):
-            processes.start(f"worker-{n}", *worker, "-n", f"bench{n}@%h", "-Q", queue)
-        _wait(
+            processes.start(f"worker-{n}", [*CELERY, *worker, "-n", f"bench{n}@%h", "-Q", queue])
+        wait_until(
             lambda: (
                 all("beat loaded" in processes.log(f"beat-{n}") for n in (1, 2, 3))
                 and all(" ready." in processes.log(f"worker-{n}") for n in (1, 2))
@@ -588,7 +548,7 @@ def measure_lag(database_url: str, tmp: Path) -> dict[str, Any]:
         create_jobs(LAG_JOBS, queue=queue, every=lambda n: 1, prefix="lag")
         window_start = timezone.now() + timedelta(seconds=5)
         window_end = window_start + timedelta(seconds=LAG_SECONDS)
-        _wait(lambda: timezone.now() > window_end + timedelta(seconds=5), 120, "the window")
+        wait_until(lambda: timezone.now() > window_end + timedelta(seconds=5), 120, "the window")
         runs = list(
             JobRun.objects.filter(
                 scheduled_for__gte=window_start, scheduled_for__lt=window_end
@@ -641,12 +601,12 @@ def _stock_starts(
     _wipe()
     queue = f"bench-lag-{uuid.uuid4().hex[:8]}"
     log = tmp / f"stock-{beats}.log"
-    processes = _Processes(env, tmp)
+    processes = Processes(env, tmp, grace=20)
     workers = [f"stock-worker-{beats}-{n}" for n in (1, 2)]
     try:
         for n, name in enumerate(workers):
-            processes.start(name, *worker, "-n", f"s{n}@%h", "-Q", queue)
-        _wait(
+            processes.start(name, [*CELERY, *worker, "-n", f"s{n}@%h", "-Q", queue])
+        wait_until(
             lambda: all(" ready." in processes.log(name) for name in workers),
             120,
             "workers started",
@@ -662,12 +622,13 @@ def _stock_starts(
         for n in range(beats):
             processes.start(
                 f"stock-beat-{beats}-{n}",
-                "beat", "-l", "info", "-S", "django_celery_beat.schedulers:DatabaseScheduler",
+                [*CELERY, "beat", "-l", "info", "-S",
+                 "django_celery_beat.schedulers:DatabaseScheduler"],
             )  # fmt: skip
-        _wait(log.exists, 120, "the first stock run")
+        wait_until(log.exists, 120, "the first stock run")
         window_start = time.time() + 5
         window_end = window_start + LAG_SECONDS
-        _wait(lambda: time.time() > window_end + 3, 120, "the window")
+        wait_until(lambda: time.time() > window_end + 3, 120, "the window")
     finally:
         processes.stop_all()
     starts: dict[str, list[float]] = defaultdict(list)
@@ -769,27 +730,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
 
-    url = os.environ.get("DATABASE_URL")
-    if not url or not url.startswith("postgres") or not os.environ.get("CELERY_BROKER_URL"):
-        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
-        return 2
-    name, bench_url, admin = fresh_database(url, "_beat_bench")
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
-        DJANGO_SETTINGS_MODULE="project.settings",
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
     sizes = [int(size) for size in args.sizes.split(",") if size]
     pickup_sizes = {int(size) for size in args.pickup_sizes.split(",") if size}
     results: dict[str, Any] = {"sizes": [], "pickup": []}
-    try:
-        call_command("migrate", verbosity=0)
+    with django_on_fresh_database("_beat_bench", None) as bench_url:
         with _quiet():
             for size in sizes:
                 print(f"{size} jobs: start-up and idle tick", flush=True)
@@ -811,9 +755,6 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 print("lag at 50 runs/s with real processes", flush=True)
                 results["lag"] = measure_lag(bench_url, Path(tmp))
-    finally:
-        connections.close_all()
-        recreate(admin, name, create=False)
 
     print()
     print(f"beat benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPU(s)")

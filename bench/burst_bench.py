@@ -37,9 +37,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.beat_bench import _ours, _process_env, _Processes, _quiet, _wait, _wipe, create_jobs
+from bench.beat_bench import _ours, _process_env, _quiet, _wipe, create_jobs
 from bench.databases import django_on_fresh_database
 from bench.measure import percentile
+from bench.processes import CELERY, Processes, wait_until
 
 CHUNK = 500
 
@@ -277,12 +278,14 @@ def three_beats(count: int, database_url: str, broker: str, tmp: Path) -> dict[s
     queue = _Queue(broker, name)
     _wipe()
     create_jobs(count, queue=name, every=lambda n: 3600, anchor=datetime(2100, 1, 1, tzinfo=UTC))
-    processes = _Processes(_process_env(database_url), tmp)
+    processes = Processes(_process_env(database_url), tmp, grace=20)
     beats = [f"burst-beat-{n}" for n in range(3)]
     try:
         for beat in beats:
-            processes.start(beat, "beat", "-l", "info")
-        _wait(lambda: all("beat loaded" in processes.log(b) for b in beats), 300, "beats started")
+            processes.start(beat, [*CELERY, "beat", "-l", "info"])
+        wait_until(
+            lambda: all("beat loaded" in processes.log(b) for b in beats), 300, "beats started"
+        )
         anchor = timezone.now().replace(microsecond=0) + timedelta(seconds=5 + count // 10_000)
         _due_at(anchor)
         while timezone.now() < anchor:
@@ -295,7 +298,7 @@ def three_beats(count: int, database_url: str, broker: str, tmp: Path) -> dict[s
         assert queue.length() == count, "a slot published twice"
         # Each beat logs its share once its tick ended (on RabbitMQ, its last confirms in).
         fired = f"beat fired {count} slot(s)"
-        _wait(lambda: all(fired in processes.log(b) for b in beats), 120, "every beat's tick")
+        wait_until(lambda: all(fired in processes.log(b) for b in beats), 120, "every beat's tick")
         shares = [
             sum(
                 int(x)

@@ -30,14 +30,12 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,54 +43,11 @@ from typing import Any
 
 import psycopg
 
+from bench.processes import CELERY, Processes, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS_MODULE = "bench.connections_jobs"
 LEASE_TTL = 3
-
-
-# --- processes -------------------------------------------------------------------------------
-
-
-@dataclass
-class Processes:
-    env: dict[str, str]
-    logs: Path
-    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        out = (self.logs / f"{name}.log").open("wb")
-        self.running[name] = subprocess.Popen(
-            argv, env={**self.env, **(env or {})}, cwd=ROOT, stdout=out,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-        out.close()
-
-    def log(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text(errors="replace")
-
-    def stop(self, *names: str) -> None:
-        chosen = [self.running.pop(name) for name in names if name in self.running]
-        for process in chosen:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in chosen:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-    def stop_all(self) -> None:
-        self.stop(*list(self.running))
-
-
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.2)
 
 
 def _free_port() -> int:
@@ -321,13 +276,12 @@ def run(args: argparse.Namespace, url: str, logs: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"phases": []}
     with Sampler(url) as sampler:
         try:
-            celery = [sys.executable, "-m", "celery", "-A", "project"]
             for n in (1, 2):
-                processes.start(f"beat-{n}", [*celery, "beat", "-l", "info"])
+                processes.start(f"beat-{n}", [*CELERY, "beat", "-l", "info"])
             for n in (1, 2):
                 processes.start(
                     f"worker-{n}",
-                    [*celery, "worker", "-n", f"bench{n}@%h", "-Q", queue, "-c", "2", "-l",
+                    [*CELERY, "worker", "-n", f"bench{n}@%h", "-Q", queue, "-c", "2", "-l",
                      "info", "--without-gossip", "--without-mingle"],
                 )  # fmt: skip
             web_env = {
@@ -353,7 +307,7 @@ def run(args: argparse.Namespace, url: str, logs: Path) -> dict[str, Any]:
                        f"127.0.0.1:{web_port}", "--noreload"]  # fmt: skip
                 web_env["DJANGO_DEBUG"] = "1"  # runserver serves nothing without it
             processes.start("web", web, web_env)
-            _wait(
+            wait_until(
                 lambda: all(
                     "beat loaded" in processes.log(f"beat-{n}")
                     and "ready." in processes.log(f"worker-{n}")
@@ -362,9 +316,9 @@ def run(args: argparse.Namespace, url: str, logs: Path) -> dict[str, Any]:
                 120,
                 "beats and workers to start",
             )
-            _wait(lambda: _answers(web_port), 60, "the web to answer")
+            wait_until(lambda: _answers(web_port), 60, "the web to answer")
             _create_jobs(queue, args.jobs)
-            _wait(lambda: _runs_by_status().get("succeeded", 0) >= args.jobs, 60, "first runs")
+            wait_until(lambda: _runs_by_status().get("succeeded", 0) >= args.jobs, 60, "first runs")
             token = tokens.create(f"bench-{uuid.uuid4().hex[:6]}", actor=Actor.code("bench"))[1]
             sampler.mark()
 

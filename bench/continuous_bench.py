@@ -40,8 +40,9 @@ from typing import Any
 import dj_database_url
 import psycopg
 
-from bench.databases import fresh_database, recreate
+from bench.databases import admin_url, django_on_fresh_database
 from bench.measure import percentile
+from bench.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,11 +67,7 @@ class Results:
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(poll)
+    wait_until(condition, timeout, f"timed out after {timeout}s waiting for {what}", poll)
 
 
 class Bench:
@@ -291,36 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs")
     args = parser.parse_args(argv)
 
-    url = os.environ.get("DATABASE_URL")
-    if not url or not os.environ.get("CELERY_BROKER_URL"):
-        print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
-        return 2
-    _, bench_url, admin = fresh_database(url, "_continuous_bench")
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
-        DJANGO_SETTINGS_MODULE="project.settings",
-        JOBS_MODULES="tests.support.jobs_continuous",
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    bench = Bench(args, bench_url, admin)
-    try:
-        results = bench.run()
-        bench.check_single_holders()
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        recreate(admin, bench.database, create=False)
-        if args.keep_logs:
-            print(f"logs kept in {bench.tmp}")
-        else:
-            shutil.rmtree(bench.tmp, ignore_errors=True)
+    with django_on_fresh_database("_continuous_bench", "tests.support.jobs_continuous") as url:
+        bench = Bench(args, url, admin_url(url))
+        try:
+            results = bench.run()
+            bench.check_single_holders()
+        finally:
+            if args.keep_logs:
+                print(f"logs kept in {bench.tmp}")
+            else:
+                shutil.rmtree(bench.tmp, ignore_errors=True)
     print()
     print(report(results))
     if args.json:

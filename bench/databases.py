@@ -40,22 +40,20 @@ def recreate(admin: str, name: str, create: bool) -> None:
 
 @contextmanager
 def django_on_fresh_database(
-    suffix: str, jobs_modules: str, *, keep: bool = False
+    suffix: str, jobs_modules: str | None, *, keep: bool = False
 ) -> Iterator[str]:
     """Django set up on a fresh, migrated database named after ``DATABASE_URL``'s plus
-    ``suffix`` (its URL yielded), with the bench's job modules; dropped at the end unless
-    ``keep``. Exits with status 2 when ``DATABASE_URL`` (PostgreSQL) or ``CELERY_BROKER_URL`` is
-    not set."""
+    ``suffix`` (its URL yielded), with the bench's job modules (``None``: the environment's);
+    dropped at the end unless ``keep``. Exits with status 2 when ``DATABASE_URL`` (PostgreSQL)
+    or ``CELERY_BROKER_URL`` is not set."""
     url = os.environ.get("DATABASE_URL")
     if not url or not url.startswith("postgres") or not os.environ.get("CELERY_BROKER_URL"):
         print("set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL", file=sys.stderr)
         raise SystemExit(2)
     name, bench_url, admin = fresh_database(url, suffix)
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"),
-        JOBS_MODULES=jobs_modules,
-    )
+    os.environ.update(DATABASE_URL=bench_url, DJANGO_DEBUG=os.environ.get("DJANGO_DEBUG", "1"))
+    if jobs_modules is not None:
+        os.environ["JOBS_MODULES"] = jobs_modules
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import django
 

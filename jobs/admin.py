@@ -109,10 +109,11 @@ def _seconds(value: float | None) -> str | None:
     return None if value is None else f"{value:.2f} s"
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows the cluster writes; people only look at them."""
+class ViewOnly:
+    """No add, change or delete for anyone: only the view permission counts. A model admin's
+    ``has_add_permission`` is asked without ``obj``, an inline's with it."""
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -120,6 +121,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(ViewOnly, admin.ModelAdmin):
+    """Rows the cluster writes; people only look at them."""
 
 
 class RecentFormSet(BaseInlineFormSet):
@@ -147,21 +152,12 @@ class RecentAuditFormSet(RecentFormSet):
     limit = RECENT_AUDIT_ENTRIES
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(ViewOnly, admin.TabularInline):
     """History shown on a job's page: nothing to add, change or delete there."""
 
     show_change_link = True
     extra = 0
     can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class RecentRunsInline(ReadOnlyInline):
@@ -825,8 +821,17 @@ class NodeAdmin(ReadOnlyAdmin):
         return ", ".join(sorted(getattr(node, "holding", None) or [])) or "-"
 
 
+class DeletedOneByOne(admin.ModelAdmin):
+    """Rows whose ``delete_model`` goes through an audited service: "delete selected" deletes
+    each of them that way too, never in one bulk DELETE."""
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(DeletedOneByOne):
     """Tokens are created by ``manage.py apitoken create`` (the secret is shown once there);
     here they can be seen and revoked (deleted, through ``jobs.web.tokens``: audited)."""
 
@@ -849,13 +854,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
         tokens.revoke(obj.name, actor=_actor(request))
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        for token in queryset:
-            tokens.revoke(token.name, actor=_actor(request))
-
 
 @admin.register(Blackout)
-class BlackoutAdmin(admin.ModelAdmin):
+class BlackoutAdmin(DeletedOneByOne):
     """Blackout windows: added and removed here (audited, through the services); a window is
     not edited in place, so what a slot was skipped for stays what the trail says."""
 
@@ -883,10 +884,6 @@ class BlackoutAdmin(admin.ModelAdmin):
 
     def delete_model(self, request: HttpRequest, obj: Blackout) -> None:
         services.remove_blackout(obj.name, actor=_actor(request))
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Blackout]) -> None:
-        for window in queryset:
-            services.remove_blackout(window.name, actor=_actor(request))
 
 
 @admin.register(AuditEntry)
@@ -943,17 +940,13 @@ def _json_block(value: Any) -> SafeString:
 # --- alerts ---------------------------------------------------------------------------------
 
 
+# A delivery's progress, as its incident's page and the outbox list both show it.
+DELIVERY_PROGRESS = ("event", "channel", "state", "attempts", "next_attempt_at", "delivered_at")
+
+
 class DeliveryInline(ReadOnlyInline):
     model = AlertDelivery
-    fields = readonly_fields = (
-        "event",
-        "channel",
-        "state",
-        "attempts",
-        "next_attempt_at",
-        "delivered_at",
-        "last_error",
-    )
+    fields = readonly_fields = (*DELIVERY_PROGRESS, "last_error")
 
 
 @admin.register(Incident)
@@ -971,15 +964,6 @@ class IncidentAdmin(ReadOnlyAdmin):
 class AlertDeliveryAdmin(ReadOnlyAdmin):
     """The outbox: each notification, its attempts and last error."""
 
-    list_display = [
-        "id",
-        "incident",
-        "event",
-        "channel",
-        "state",
-        "attempts",
-        "next_attempt_at",
-        "delivered_at",
-    ]
+    list_display = ["id", "incident", *DELIVERY_PROGRESS]
     list_filter = ["state", "channel", "event"]
     list_select_related = ["incident__job"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -121,6 +122,16 @@ def validation_detail(exc: ValidationError, flags: Mapping[str, str] = FIELD_FLA
         text = " ".join(messages)
         parts.append(f"{flags[field]}: {text}" if field in flags else text)
     return "; ".join(parts)
+
+
+@contextmanager
+def validated(verb: str, flags: Mapping[str, str] = FIELD_FLAGS) -> Iterator[None]:
+    """Turn a services ``ValidationError`` raised inside into ``verb``'s one-line error, each
+    field named by the flag that set it (``validation_detail``)."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise CliError(verb, validation_detail(exc, flags)) from None
 
 
 # --- argument types -------------------------------------------------------------------------

@@ -21,12 +21,13 @@ import logging
 import os
 import re
 import socket
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from jobs import process_state
+from jobs.process_state import ProcessState
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,10 @@ def is_pooler_error(error: BaseException) -> bool:
     return False
 
 
-class _State:
+class _State(ProcessState):
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pid = os.getpid()
+        super().__init__()
         self.reported: str | None = None  # the first such error's text, once logged
-        self.last_recorded: float | None = None
 
 
 _state = _State()
@@ -78,8 +77,7 @@ _state = _State()
 
 def _this_process() -> _State:
     global _state
-    if _state.pid != os.getpid():  # a forked worker child reports for itself
-        _state = _State()
+    _state = process_state.mine(_state, _State)  # a forked worker child reports for itself
     return _state
 
 
@@ -99,12 +97,7 @@ def note(error: BaseException, *, database: dict[str, Any] | None = None) -> boo
             first = state.reported is None
             if first:
                 state.reported = _first_line(error)
-            now = time.monotonic()
-            record = state.last_recorded is None or now - state.last_recorded >= (
-                RECORD_EVERY_SECONDS
-            )
-            if record:
-                state.last_recorded = now
+        record = state.record_due(RECORD_EVERY_SECONDS)
         if first:
             log.error(
                 "%s (first seen: %s)",

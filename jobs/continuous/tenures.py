@@ -87,16 +87,7 @@ RETURNING r.id, r.job_id, r.node
 
 def begin(*, job_id: int, key: str, token: int, node: str, pid: int) -> Begun:
     """Record a new tenure of ``job_id`` under the lease (``key``, ``token``) just acquired."""
-    params: dict[str, Any] = {
-        "job_id": job_id,
-        "key": key,
-        "token": token,
-        "node": node,
-        "pid": pid,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_BEGIN, params)
-        row = cursor.fetchone()
+    row = _one_row(_BEGIN, {"job_id": job_id, "key": key, "token": token, "node": node, "pid": pid})
     assert row is not None  # an INSERT … RETURNING always returns its row
     return Begun(run_id=int(row[0]), started_at=row[1], orphans_closed=int(row[2]))
 
@@ -122,10 +113,15 @@ def finish(
         "traceback": traceback,
         "result": result,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(_FINISH, params)
-        row = cursor.fetchone()
+    row = _one_row(_FINISH, params)
     return None if row is None else str(row[0])
+
+
+def _one_row(statement: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The row a statement of one row at most returns (``None`` when it returns none)."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchone()
 
 
 def close_orphans() -> list[Orphan]:

@@ -500,10 +500,7 @@ def finish_fenced(
         "min_hold": min_hold,
         "retry_delay": retry_delay,
     }
-    with statement_cursor() as cursor:
-        cursor.execute(_FINISH_FENCED, params)
-        row = cursor.fetchone()
-    return _finished(row)
+    return _finish(_FINISH_FENCED, params)
 
 
 def finish_unleased(
@@ -524,13 +521,14 @@ def finish_unleased(
         "result": result,
         "retry_delay": retry_delay,
     }
+    return _finish(_FINISH_UNLEASED, params)
+
+
+def _finish(statement: str, params: dict[str, Any]) -> Finished:
+    """Run one of the finish statements: each returns the status recorded and the retry made."""
     with statement_cursor() as cursor:
-        cursor.execute(_FINISH_UNLEASED, params)
+        cursor.execute(statement, params)
         row = cursor.fetchone()
-    return _finished(row)
-
-
-def _finished(row: Sequence[Any]) -> Finished:
     status, retry_id, job_id, retry_at = row[:4]
     retry = (
         None if retry_id is None else NewRun(run_id=retry_id, job_id=job_id, scheduled_for=retry_at)

@@ -22,15 +22,13 @@ saw, goes unnoticed. Synchronous replication is the prevention; this is the alar
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import time
 from collections import OrderedDict
 from typing import Any
 
 from django.db import connection
 
-from jobs import pooler_hint
+from jobs import pooler_hint, process_state
+from jobs.process_state import ProcessState
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +43,11 @@ ADVICE = (
 )
 
 
-class _State:
+class _State(ProcessState):
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pid = os.getpid()
+        super().__init__()
         self.highest: OrderedDict[str, int] = OrderedDict()
         self.regressed: str | None = None  # what was seen, once it was
-        self.last_recorded: float | None = None
 
 
 _state = _State()
@@ -59,8 +55,7 @@ _state = _State()
 
 def _this_process() -> _State:
     global _state
-    if _state.pid != os.getpid():  # a forked pool process watches for itself
-        _state = _State()
+    _state = process_state.mine(_state, _State)  # a forked pool process watches for itself
     return _state
 
 
@@ -102,12 +97,7 @@ def observe(key: str, token: int) -> str | None:
 
 
 def _record(state: _State) -> None:
-    now = time.monotonic()
-    with state.lock:
-        due = state.last_recorded is None or now - state.last_recorded >= RECORD_EVERY_SECONDS
-        if due:
-            state.last_recorded = now
-    if due and connection.vendor == "postgresql":
+    if state.record_due(RECORD_EVERY_SECONDS) and connection.vendor == "postgresql":
         settings: dict[str, Any] = connection.settings_dict
         pooler_hint.record_problem(settings, CAUSE, f"{ADVICE} ({state.regressed})")
 

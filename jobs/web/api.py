@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, ValidationError
 from django.db import InterfaceError, OperationalError
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
@@ -272,6 +272,18 @@ class Query:
             raise invalid(self.errors)
 
 
+_Row = TypeVar("_Row", bound=Model)
+
+
+def _narrowed(rows: QuerySet[_Row], **given: object) -> QuerySet[_Row]:
+    """``rows`` filtered by each lookup the query string gave: a parameter left out (``None``)
+    narrows nothing."""
+    for lookup, value in given.items():
+        if value is not None:
+            rows = rows.filter(**{lookup: value})
+    return rows
+
+
 def _idempotency_key(request: HttpRequest) -> str:
     key = request.headers.get("Idempotency-Key")
     problem = None
@@ -309,10 +321,7 @@ def jobs_collection(request: HttpRequest) -> HttpResponse:
     jobs = Job.objects.select_related(*JOB_DISPLAY_RELATED).prefetch_related(
         "upstreams", "downstreams"
     )
-    if enabled is not None:
-        jobs = jobs.filter(enabled=enabled)
-    if kind is not None:
-        jobs = jobs.filter(kind=kind)
+    jobs = _narrowed(jobs, enabled=enabled, kind=kind)
     now = timezone.now()
     return JsonResponse({"results": [serializers.job_record(job, now) for job in jobs]})
 
@@ -604,16 +613,14 @@ def _run_page(request: HttpRequest, query: Query, runs: QuerySet[JobRun]) -> Htt
     trigger = query.choice("trigger", Trigger.values)
     node = query.text("node")
     since, until = query.instant("since"), query.instant("until")
-    if status is not None:
-        runs = runs.filter(status=status)
-    if trigger is not None:
-        runs = runs.filter(trigger=trigger)
-    if node is not None:
-        runs = runs.filter(node=node)
-    if since is not None:
-        runs = runs.filter(scheduled_for__gte=since)
-    if until is not None:
-        runs = runs.filter(scheduled_for__lt=until)
+    runs = _narrowed(
+        runs,
+        status=status,
+        trigger=trigger,
+        node=node,
+        scheduled_for__gte=since,
+        scheduled_for__lt=until,
+    )
     ordered = runs.select_related("job").order_by("-scheduled_for", "-id")
     return _page(request, query, ordered, serializers.run_record)
 
@@ -709,12 +716,7 @@ def audit_collection(request: HttpRequest) -> HttpResponse:
     if job is not None:
         # Its entries under this name, and those of the job now so named from before a rename.
         entries = entries.filter(Q(job_name=job) | Q(job__name=job))
-    if who is not None:
-        entries = entries.filter(actor=who)
-    if action is not None:
-        entries = entries.filter(action=action)
-    if source is not None:
-        entries = entries.filter(source=source)
+    entries = _narrowed(entries, actor=who, action=action, source=source)
     return _page(request, query, entries.order_by("-at", "-id"), serializers.audit_record)
 
 

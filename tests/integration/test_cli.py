@@ -15,79 +15,30 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from jobs.cli import LEASE_FIELDS, NODE_FIELDS
 from jobs.forms import JobForm
 from jobs.guard import lease
 from jobs.models import ApiToken, Blackout, Job, JobRun, Node, RunStatus, Trigger
+from jobs.registry import POLICY_FIELDS
+from jobs.web.serializers import RUN_FIELDS
 from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
 
 MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
 
+# A job's record (jobs.web.serializers.job_fields): every registry policy and the fields around.
 JOB_KEYS = {
-    "name",
-    "task",
-    "kind",
-    "enabled",
-    "schedule",
-    "schedule_error",
-    "overlap",
-    "start_deadline",
-    "catch_up",
-    "on_lost",
-    "max_retries",
-    "retry_backoff",
-    "soft_time_limit",
-    "time_limit",
-    "lease_ttl",
-    "min_hold",
-    "queue",
-    "priority",
-    "max_concurrency",
-    "rate_limit_runs",
-    "rate_limit_period",
-    "business_days_only",
-    "holiday_calendar",
-    "active_from",
-    "active_until",
-    "after",
-    "before",
-    "coalesce",
-    "alert_channels",
-    "alert_reasons",
-    "args",
-    "kwargs",
-    "alerts_muted_until",
-    "headers",
-    "expires_at",
-    "one_off",
+    *("name", "task", "kind", "enabled", "schedule", "schedule_error"),
+    *POLICY_FIELDS,
+    *("args", "kwargs", "alerts_muted_until"),
+    *("headers", "expires_at", "one_off"),  # what an adopted django-celery-beat row carries
+    *("after", "before"),  # its dependencies
 }
 # What `jobs show` adds, as the admin's job page shows it.
 SHOW_KEYS = {"next_slot", "last_run", "lease"}
-RUN_KEYS = {
-    "id",
-    "job",
-    "scheduled_for",
-    "status",
-    "trigger",
-    "attempt",
-    "fencing_token",
-    "node",
-    "pid",
-    "started_at",
-    "finished_at",
-    "error",
-}
-LEASE_KEYS = {"key", "holder", "token", "acquired_at", "expires_at"}
-NODE_KEYS = {
-    "name",
-    "host",
-    "pid",
-    "queues",
-    "concurrency",
-    "version",
-    "state",
-    "started_at",
-    "last_heartbeat",
-}
+# The records every edge shows, as the product declares them.
+RUN_KEYS = set(RUN_FIELDS)
+LEASE_KEYS = set(LEASE_FIELDS)
+NODE_KEYS = set(NODE_FIELDS)
 
 
 # --- errors: one line naming the flag, exit status 2 --------------------------------------

@@ -12,7 +12,6 @@ import sys
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import (
     BaseCommand,
     CommandError,
@@ -361,10 +360,8 @@ class Command(BaseCommand):
             policies={f: options[f] for f in POLICY_FIELDS if options[f] is not None},
             after=options["after"],
         )
-        try:
+        with cli.validated("add"):
             job = services.create_job(definition, actor=Actor.cli())
-        except ValidationError as exc:
-            raise cli.CliError("add", cli.validation_detail(exc)) from None
         state = "" if job.enabled else ", paused"
         self.stdout.write(f"added job {job.name}: {describe(schedule)}{state}")
 
@@ -406,16 +403,15 @@ class Command(BaseCommand):
 
     def _verb_run(self, options: dict[str, Any]) -> None:
         # A broker outage is logged, not raised: the run is recorded and stays scheduled.
-        try:
+        with cli.validated("run"):
             run = services.run_now(
                 options["name"], actor=Actor.cli(), kwargs=options.get("run_kwargs")
             )
-        except ValidationError as exc:
-            raise cli.CliError("run", cli.validation_detail(exc)) from None
         self.stdout.write(str(run.pk))
 
     def _verb_backfill(self, options: dict[str, Any]) -> None:
-        try:
+        flags = {"since": "--since", "until": "--until", "max_runs": "--max-runs"}
+        with cli.validated("backfill", flags):
             result = services.backfill_job(
                 options["name"],
                 options["since"],
@@ -424,9 +420,6 @@ class Command(BaseCommand):
                 max_runs=options["max_runs"],
                 dry_run=options["dry_run"],
             )
-        except ValidationError as exc:
-            flags = {"since": "--since", "until": "--until", "max_runs": "--max-runs"}
-            raise cli.CliError("backfill", cli.validation_detail(exc, flags)) from None
         if options["json"]:
             record = serializers.backfill_record(result)
             self._json({key: cli.jsonable(value) for key, value in record.items()})
@@ -444,13 +437,10 @@ class Command(BaseCommand):
         upstreams = [] if options["clear"] else options["upstreams"]
         if upstreams is not None:
             job.managed_by_code = False  # an operator's edit: the declaration stops applying
-            try:
+            with cli.validated("after", {"after": "--set"}):
                 job = services.save_job(
                     job, services.definition_of(job), actor=Actor.cli(), after=upstreams
                 )
-            except ValidationError as exc:
-                detail = cli.validation_detail(exc, {"after": "--set"})
-                raise cli.CliError("after", detail) from None
         names = serializers.upstream_names(job)
         self.stdout.write(f"{job.name} runs after: {', '.join(names) or 'no job'}")
 
@@ -474,7 +464,11 @@ class Command(BaseCommand):
             ]
             self._table(("NAME", "JOB", "FROM", "UNTIL"), rows, "blackout windows")
             return
-        try:
+        flags = {
+            "name": "NAME", "job": "--job", "starts_at": "--from", "ends_at": "--until",
+            "description": "--description",
+        }  # fmt: skip
+        with cli.validated("blackout add", flags):
             window = services.add_blackout(
                 options["window"],
                 options["starts_at"],
@@ -483,12 +477,6 @@ class Command(BaseCommand):
                 job_name=options["job"],
                 description=options["description"],
             )
-        except ValidationError as exc:
-            flags = {
-                "name": "NAME", "job": "--job", "starts_at": "--from", "ends_at": "--until",
-                "description": "--description",
-            }  # fmt: skip
-            raise cli.CliError("blackout add", cli.validation_detail(exc, flags)) from None
         scope = window.job.name if window.job else "every job"
         self.stdout.write(
             f"added blackout {window.name} over {scope} from {cli.cell(window.starts_at)} "
@@ -512,13 +500,11 @@ class Command(BaseCommand):
         if channels is None and reasons is None:
             job = services.get_job(options["name"])
         else:
-            try:
+            flags = {"alert_channels": "--channels", "alert_reasons": "--reasons"}
+            with cli.validated("alerts", flags):
                 job = services.set_alerts(
                     options["name"], channels=channels, reasons=reasons, actor=Actor.cli()
                 )
-            except ValidationError as exc:
-                flags = {"alert_channels": "--channels", "alert_reasons": "--reasons"}
-                raise cli.CliError("alerts", cli.validation_detail(exc, flags)) from None
         muted = job.alerts_muted_until
         self.stdout.write(
             f"{job.name}: channels {job.alert_channels}, "
