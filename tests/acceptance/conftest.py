@@ -140,6 +140,18 @@ class Cluster:
     def log_of(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
+    def wait_ready(self, *names: str, timeout: float) -> None:
+        """Until each named process started: a worker ``ready``, a beat with its schedule loaded
+        (a name starting ``worker`` is a worker's)."""
+
+        def ready() -> bool:
+            return all(
+                (" ready." if name.startswith("worker") else "beat loaded") in self.log_of(name)
+                for name in names
+            )
+
+        wait_for(ready, timeout=timeout, what=f"{', '.join(names)} started", poll=0.5)
+
     def _start(
         self, name: str, argv: list[str], env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[bytes]:

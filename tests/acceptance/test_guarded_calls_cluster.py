@@ -42,14 +42,10 @@ def _overlapping(spans: list[tuple[str, float, float]]) -> list[tuple[str, str]]
     return [(a[0], b[0]) for a, b in itertools.combinations(ordered, 2) if b[1] < a[2]]
 
 
-def _ready(cluster: Cluster, *names: str) -> None:
-    def ready() -> bool:
-        return all(
-            (" ready." if name.startswith("worker") else "beat loaded") in cluster.log_of(name)
-            for name in names
-        )
-
-    wait_for(ready, timeout=START_TIMEOUT, what=f"{', '.join(names)} started", poll=0.5)
+def _two_workers_ready(cluster: Cluster) -> None:
+    cluster.start_worker("worker-a")
+    cluster.start_worker("worker-b")
+    cluster.wait_ready("worker-a", "worker-b", timeout=START_TIMEOUT)
 
 
 def _settled(runs: list[int]) -> bool:
@@ -61,9 +57,7 @@ def test_concurrent_calls_run_one_at_a_time_on_two_workers(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     log = tmp_path / "spans.log"
-    cluster.start_worker("worker-a")
-    cluster.start_worker("worker-b")
-    _ready(cluster, "worker-a", "worker-b")
+    _two_workers_ready(cluster)
     # Hourly and no beat: the calls are this job's only runs.
     job = new_job(
         "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
@@ -108,7 +102,7 @@ def test_a_call_while_a_scheduled_run_holds_the_lease(
     cluster.start_worker("worker-a")
     cluster.start_worker("worker-b")
     cluster.start_beat("beat-a", env=BEAT_ENV)
-    _ready(cluster, "worker-a", "worker-b", "beat-a")
+    cluster.wait_ready("worker-a", "worker-b", "beat-a", timeout=START_TIMEOUT)
     job = new_job(
         "sync", SPAN, Every(6), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
         overlap=overlap, start_deadline=30,
@@ -149,9 +143,7 @@ def test_a_killed_workers_call_is_recorded_lost_and_retried_with_its_arguments(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     log = tmp_path / "spans.log"
-    cluster.start_worker("worker-a")
-    cluster.start_worker("worker-b")
-    _ready(cluster, "worker-a", "worker-b")
+    _two_workers_ready(cluster)
     job = new_job(
         "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
         lease_ttl=3, on_lost="retry", start_deadline=60,
