@@ -25,7 +25,7 @@ from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
 from jobs.web import tokens
 from tests.integration.conftest import Published
-from tests.support.worker_threads import on_a_worker_thread, wait_for_token
+from tests.support.worker_threads import lease_taken_mid_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -196,12 +196,7 @@ def test_a_run_whose_lease_is_taken_away_is_lost_and_retried_under_on_lost_retry
     job = make_job(task="tests.wait_for_stop", lease_ttl=3, on_lost="retry")
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
 
-    worker = on_a_worker_thread(run.pk)
-    wait_for_token(run.pk)
-    assert lease.force_release(job.lock_key)
-    assert lease.acquire(job.lock_key, "usurper", 30) is not None
-    worker.join(timeout=10)
-    assert not worker.is_alive()
+    lease_taken_mid_run(run.pk, job.lock_key)
     run.refresh_from_db()
     assert run.status == RunStatus.LOST
     assert "the lease was lost while the job ran" in run.error
