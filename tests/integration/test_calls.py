@@ -84,11 +84,9 @@ def test_a_call_goes_to_the_runner_under_the_jobs_name(
     assert options["task_id"] == result.id and options["kwargs"]["run_id"] == _run_id(result)
 
 
-def test_a_call_while_a_scheduled_run_holds_the_lease_is_skipped_naming_it(
-    make_job: MakeJob, published: Published, tmp_path: Path
-) -> None:
-    log = tmp_path / "spans.log"
-    job = make_job("sync", task=SPAN, kwargs={"log": str(log), "note": "slot", "seconds": 2})
+def _call_while_a_scheduled_run_holds_the_lease(job: Job, log: Path) -> tuple[JobRun, JobRun]:
+    """A scheduled run of ``job`` on a worker thread; once it holds the lease, a call executed
+    here; both ended. The scheduled run and the call (read again)."""
     scheduled = _scheduled_run(job)
     worker = on_a_worker_thread(scheduled.pk)
     wait_for_token(scheduled.pk)
@@ -97,6 +95,15 @@ def test_a_call_while_a_scheduled_run_holds_the_lease_is_skipped_naming_it(
     execute_run(call.pk, task_id="c", node="n")
     worker.join()
     call.refresh_from_db()
+    return scheduled, call
+
+
+def test_a_call_while_a_scheduled_run_holds_the_lease_is_skipped_naming_it(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    job = make_job("sync", task=SPAN, kwargs={"log": str(log), "note": "slot", "seconds": 2})
+    scheduled, call = _call_while_a_scheduled_run_holds_the_lease(job, log)
     assert call.status == RunStatus.SKIPPED and call.trigger == Trigger.CALL
     assert "lease job:sync held by n:" in call.error and f"run-{scheduled.pk}" in call.error
     assert [note for note, _, _ in _spans(log)] == ["slot"]
@@ -108,14 +115,7 @@ def test_a_call_under_overlap_wait_runs_after_the_scheduled_run(
     log = tmp_path / "spans.log"
     kwargs = {"log": str(log), "note": "slot", "seconds": 1.5}
     job = make_job("sync", task=SPAN, kwargs=kwargs, overlap="wait")
-    scheduled = _scheduled_run(job)
-    worker = on_a_worker_thread(scheduled.pk)
-    wait_for_token(scheduled.pk)
-
-    call = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(log), note="call")))
-    execute_run(call.pk, task_id="c", node="n")
-    worker.join()
-    call.refresh_from_db()
+    scheduled, call = _call_while_a_scheduled_run_holds_the_lease(job, log)
     scheduled.refresh_from_db()
     assert (scheduled.status, call.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
     assert call.fencing_token == scheduled.fencing_token + 1  # type: ignore[operator]
