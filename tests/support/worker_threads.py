@@ -35,11 +35,17 @@ def wait_for_token(run_id: int, timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
+def worker_holding_its_lease(run_id: int) -> threading.Thread:
+    """``on_a_worker_thread(run_id)``, once the run has taken its lease."""
+    worker = on_a_worker_thread(run_id)
+    wait_for_token(run_id)
+    return worker
+
+
 def lease_taken_mid_run(run_id: int, lock_key: str) -> HeldLease:
     """Run ``run_id`` on a worker thread; once it holds its lease, release it (as an operator
     would) and let another holder take it; wait for the worker to end. The new holder's lease."""
-    worker = on_a_worker_thread(run_id)
-    wait_for_token(run_id)
+    worker = worker_holding_its_lease(run_id)
     assert lease.force_release(lock_key)
     newer = lease.acquire(lock_key, "usurper", 30)
     assert newer is not None
