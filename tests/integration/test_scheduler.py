@@ -27,23 +27,11 @@ from jobs.models import Job, JobRun, RunStatus, ScheduleChange
 from jobs.schedule.catchup import MAX_MISSED_RECORDED
 from jobs.schedule.kinds import At, Every
 from project.celery import app
+from tests.support.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "tests-beat"
-
-
-class VirtualClock:
-    """A settable clock; ``offset`` shifts what one beat reads, as a skewed node clock would."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def shifted(self, seconds: float) -> Callable[[], datetime]:
-        return lambda: self.now + timedelta(seconds=seconds)
 
 
 @pytest.fixture
