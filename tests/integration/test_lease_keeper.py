@@ -132,6 +132,26 @@ def _started(holder: str = "test:1:run") -> tuple[LeaseKeeper, threading.Event]:
     return keeper, stopping
 
 
+@pytest.fixture
+def keeper_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The test's log records, the lease keeper's from INFO up."""
+    caplog.set_level(logging.INFO, logger="jobs.guard.lease_keeper")
+    return caplog
+
+
+@contextlib.contextmanager
+def _renewing(
+    reader: psycopg.Connection[Any],
+) -> Iterator[tuple[LeaseKeeper, threading.Event, int]]:
+    """A keeper started, once it renewed its lease a first time: the keeper, its stop signal and
+    the server process of the connection it kept. Stopped after the block."""
+    keeper, stopping = _started()
+    try:
+        yield keeper, stopping, _connection_of_first_renewal(reader)
+    finally:
+        keeper.stop()
+
+
 @contextlib.contextmanager
 def _server_full(url: str) -> Iterator[str]:
     """Every connection slot the server has taken; the refusal a new connection gets."""
@@ -155,13 +175,9 @@ def test_renewals_go_on_while_the_server_refuses_new_connections(
     server: PrivatePostgres,
     heartbeat: lease_keeper._Heartbeat,
     reader: psycopg.Connection[Any],
-    caplog: pytest.LogCaptureFixture,
+    keeper_logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="jobs.guard.lease_keeper")
-    keeper, stopping = _started()
-    try:
-        kept = _connection_of_first_renewal(reader)
-
+    with _renewing(reader) as (keeper, stopping, kept):
         with _server_full(server.url) as refusal:
             assert "too many clients already" in refusal
             seen = [_expires_at(reader)]
@@ -180,10 +196,8 @@ def test_renewals_go_on_while_the_server_refuses_new_connections(
         assert len(seen) >= 3 * TTL / (TTL / 3) - 2, f"renewals while full: {seen}"
         assert not keeper.lost and not stopping.is_set(), keeper.lost_reason
         assert keeper.current.expires_at == _expires_at(reader)
-        problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        problems = [r.getMessage() for r in keeper_logs.records if r.levelno >= logging.WARNING]
         assert problems == []
-    finally:
-        keeper.stop()
     # No run in progress: the heartbeat gives its connection back at once.
     _wait_for(lambda: _heartbeat_backends(reader) == [], 2.0, "the idle heartbeat to disconnect")
 
@@ -191,12 +205,9 @@ def test_renewals_go_on_while_the_server_refuses_new_connections(
 def test_a_broken_kept_connection_is_replaced_at_the_next_renewal(
     heartbeat: lease_keeper._Heartbeat,
     reader: psycopg.Connection[Any],
-    caplog: pytest.LogCaptureFixture,
+    keeper_logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="jobs.guard.lease_keeper")
-    keeper, stopping = _started()
-    try:
-        kept = _connection_of_first_renewal(reader)
+    with _renewing(reader) as (keeper, stopping, kept):
         # As a database restart, a failover or a pooler would: the server ends that session.
         assert reader.execute("SELECT pg_terminate_backend(%s)", [kept]).fetchone() == (True,)
         _wait_for(lambda: _heartbeat_backends(reader) == [], 2.0, "the session to end")
@@ -205,11 +216,9 @@ def test_a_broken_kept_connection_is_replaced_at_the_next_renewal(
         (replacement,) = _heartbeat_backends(reader)
         assert replacement != kept
         assert not keeper.lost and not stopping.is_set(), keeper.lost_reason
-        messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+        messages = [(r.levelno, r.getMessage()) for r in keeper_logs.records]
         assert [m for level, m in messages if level >= logging.WARNING] == []
         assert any("lease heartbeat's connection broke" in m for _, m in messages), messages
-    finally:
-        keeper.stop()
 
 
 def test_the_connection_is_kept_while_a_keeper_runs_and_closed_when_none_does(
