@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
 
 from jobs.audit import Actor
-from jobs.models import JobRun, RunStatus, Trigger
+from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.services import pause
 from jobs.upkeep.recovery import recover_lost_runs
@@ -48,6 +49,14 @@ def _two_workers_ready(cluster: Cluster) -> None:
     cluster.wait_ready("worker-a", "worker-b", timeout=START_TIMEOUT)
 
 
+def _called_only(cluster: Cluster, log: Path, **policies: Any) -> Job:
+    """The job ``sync`` of the guarded task, hourly and with no beat: the calls are its only
+    runs."""
+    return new_job(
+        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue, **policies
+    )
+
+
 def _settled(runs: list[int]) -> bool:
     pending = (RunStatus.SCHEDULED, RunStatus.RUNNING)
     return not JobRun.objects.filter(pk__in=runs, status__in=pending).exists()
@@ -58,11 +67,7 @@ def test_concurrent_calls_run_one_at_a_time_on_two_workers(
 ) -> None:
     log = tmp_path / "spans.log"
     _two_workers_ready(cluster)
-    # Hourly and no beat: the calls are this job's only runs.
-    job = new_job(
-        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
-        overlap="wait", start_deadline=120,
-    )  # fmt: skip
+    job = _called_only(cluster, log, overlap="wait", start_deadline=120)
     ids: list[str] = []
 
     def call(n: int) -> None:
@@ -144,10 +149,7 @@ def test_a_killed_workers_call_is_recorded_lost_and_retried_with_its_arguments(
 ) -> None:
     log = tmp_path / "spans.log"
     _two_workers_ready(cluster)
-    job = new_job(
-        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
-        lease_ttl=3, on_lost="retry", start_deadline=60,
-    )  # fmt: skip
+    job = _called_only(cluster, log, lease_ttl=3, on_lost="retry", start_deadline=60)
     call = int(guarded_span.delay(str(log), note="doomed", seconds=8).id.removeprefix("jobrun-"))
 
     def holding() -> JobRun | None:
