@@ -43,6 +43,7 @@ from kombu import Connection
 
 from devtools.pgbouncer import Pooler, transaction_pooler
 from tests.support.private_postgres import PrivatePostgres, private_postgres_server
+from tests.support.private_redis import PrivateRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_SECONDS = 15
@@ -338,6 +339,18 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(poll)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the test's own (under ``tmp_path``), killed after."""
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    server = PrivateRedis(folder)
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 # --- a PostgreSQL of a test's own, to stop and start ------------------------------------------
