@@ -31,6 +31,7 @@ from jobs.models import AlertDelivery, BeatHeartbeat, Incident, Job, JobRun, Run
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job, run_now
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.job_factory import new_job
 from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
@@ -69,6 +70,24 @@ def _of_job(receiver: Receiver, name: str) -> list[tuple[str, str]]:
         for r in receiver.accepted()
         if (r.payload.get("job") or {}).get("name") == name
     ]
+
+
+def _holding(cluster: Cluster, name: str, hold: Path, log: Path, **policies: object) -> None:
+    """A job ``name`` of ``tests.hold`` (running while ``hold`` exists), alerting by webhook."""
+    new_job(
+        name, "tests.hold", Every(3600), kwargs={"hold": str(hold)}, log=log,
+        queue=cluster.queue, alert_channels="webhook", **policies,
+    )  # fmt: skip
+
+
+def _running(name: str) -> tuple[JobRun, int]:
+    """Job ``name`` run now: the run, once running, and its pool process's pid."""
+    run = run_now(name, actor=Actor.code("tests"))
+    running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
+    wait_for(running.exists, timeout=20, what="the run running")
+    pid = JobRun.objects.get(pk=run.pk).pid
+    assert pid is not None
+    return run, pid
 
 
 def _wait_told(receiver: Receiver, name: str, event: str, what: str) -> None:
@@ -139,22 +158,9 @@ def test_a_run_killed_mid_run_is_one_lost_alert(cluster: Cluster, tmp_path: Path
     hold.touch()
     with Receiver() as receiver:
         _alerting(cluster, receiver)
-        create_job(
-            JobDefinition(
-                name="long",
-                task="tests.hold",
-                schedule=Every(3600),
-                kwargs={"log": str(tmp_path / "log"), "hold": str(hold)},
-                policies={"queue": cluster.queue, "lease_ttl": 3, "alert_channels": "webhook"},
-            ),
-            actor=Actor.code("tests"),
-        )
+        _holding(cluster, "long", hold, tmp_path / "log", lease_ttl=3)
         _start(cluster)
-        run = run_now("long", actor=Actor.code("tests"))
-        running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
-        wait_for(running.exists, timeout=20, what="the run running")
-        pid = JobRun.objects.get(pk=run.pk).pid
-        assert pid is not None
+        run, pid = _running("long")
         os.kill(pid, signal.SIGKILL)  # the pool process running it, mid-run
         _wait_told(receiver, "long", "opened", what="the lost alert")
         _stop_once_the_outbox_is_empty(cluster)
@@ -173,27 +179,16 @@ def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
     hold.touch()
     with Receiver() as receiver:
         _alerting(cluster, receiver)
-        create_job(
-            JobDefinition(
-                name="wedged",
-                task="tests.hold",
-                schedule=Every(3600),
-                kwargs={"log": str(tmp_path / "log"), "hold": str(hold)},
-                policies={
-                    "queue": cluster.queue,
-                    "soft_time_limit": 2,
-                    "lease_ttl": 120,  # it stays running (not lost) while stopped
-                    "alert_channels": "webhook",
-                },
-            ),
-            actor=Actor.code("tests"),
+        _holding(
+            cluster,
+            "wedged",
+            hold,
+            tmp_path / "log",
+            soft_time_limit=2,
+            lease_ttl=120,  # it stays running (not lost) while stopped
         )
         _start(cluster)
-        run = run_now("wedged", actor=Actor.code("tests"))
-        running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
-        wait_for(running.exists, timeout=20, what="the run running")
-        pid = JobRun.objects.get(pk=run.pk).pid
-        assert pid is not None
+        run, pid = _running("wedged")
         os.kill(pid, signal.SIGSTOP)
         try:
             _wait_told(receiver, "wedged", "opened", what="the stuck alert")
