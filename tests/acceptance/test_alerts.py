@@ -72,7 +72,7 @@ def _of_job(receiver: Receiver, name: str) -> list[tuple[str, str]]:
     ]
 
 
-def _holding(cluster: Cluster, name: str, hold: Path, log: Path, **policies: object) -> None:
+def _holding(cluster: Cluster, name: str, hold: Path, log: Path, **policies: Any) -> None:
     """A job ``name`` of ``tests.hold`` (running while ``hold`` exists), alerting by webhook."""
     new_job(
         name, "tests.hold", Every(3600), kwargs={"hold": str(hold)}, log=log,
