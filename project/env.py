@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+_Number = TypeVar("_Number", int, float)
 
 
 class Env:
@@ -45,27 +47,28 @@ class Env:
     def int(
         self, name: builtins.str, default: builtins.int, *, minimum: builtins.int | None = None
     ) -> builtins.int:
-        raw = self._environ.get(name)
-        if raw is None or raw == "":
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ImproperlyConfigured(f"{name}={raw!r} is not an integer.") from None
-        if minimum is not None and value < minimum:
-            raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}.")
-        return value
+        return self._number(name, default, int, "an integer", minimum)
 
     def float(
         self, name: builtins.str, default: builtins.float, *, minimum: builtins.float | None = None
     ) -> builtins.float:
+        return self._number(name, default, float, "a number", minimum)
+
+    def _number(
+        self,
+        name: builtins.str,
+        default: _Number,
+        parse: Callable[[builtins.str], _Number],
+        kind: builtins.str,
+        minimum: _Number | None,
+    ) -> _Number:
         raw = self._environ.get(name)
         if raw is None or raw == "":
             return default
         try:
-            value = float(raw)
+            value = parse(raw)
         except ValueError:
-            raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+            raise ImproperlyConfigured(f"{name}={raw!r} is not {kind}.") from None
         if minimum is not None and value < minimum:
             raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}.")
         return value

@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -43,7 +42,8 @@ from django.conf import settings
 from kombu import Connection
 
 from devtools.pgbouncer import Pooler, transaction_pooler
-from devtools.services import import_pgserver
+from tests.support.private_postgres import PrivatePostgres, private_postgres_server
+from tests.support.private_redis import PrivateRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_SECONDS = 15
@@ -140,6 +140,18 @@ class Cluster:
 
     def log_of(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def wait_ready(self, *names: str, timeout: float) -> None:
+        """Until each named process started: a worker ``ready``, a beat with its schedule loaded
+        (a name starting ``worker`` is a worker's)."""
+
+        def ready() -> bool:
+            return all(
+                (" ready." if name.startswith("worker") else "beat loaded") in self.log_of(name)
+                for name in names
+            )
+
+        wait_for(ready, timeout=timeout, what=f"{', '.join(names)} started", poll=0.5)
 
     def _start(
         self, name: str, argv: list[str], env: Mapping[str, str] | None = None
@@ -329,41 +341,22 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: flo
         time.sleep(poll)
 
 
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the test's own (under ``tmp_path``), killed after."""
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    server = PrivateRedis(folder)
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
 # --- a PostgreSQL of a test's own, to stop and start ------------------------------------------
-
-
-@dataclass
-class PrivatePostgres:
-    server: Any
-    url: str
-
-    def pg_ctl(self, *args: str) -> None:
-        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
-
-        pg_ctl(list(args), pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
-
-    def stop(self) -> None:
-        self.pg_ctl("-w", "-m", "fast", "stop")
-
-    def start(self) -> None:
-        socket_dir = self.server.get_postmaster_info().socket_dir
-        self.pg_ctl(
-            "-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.server.log), "start"
-        )
-        self.server.ensure_postgres_running()  # so that cleanup stops this server
 
 
 @pytest.fixture
 def private_postgres() -> Iterator[PrivatePostgres]:
-    pgserver = import_pgserver()
-    # Not under pytest's tmp_path: the server runs as another user, and every pytest start
-    # makes pytest's temporary root private again.
-    folder = Path(tempfile.mkdtemp(prefix="jobs-pg-"))
-    server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
-    try:
-        server.psql("CREATE DATABASE jobs;")
-        socket_dir = str(server.get_postmaster_info().socket_dir)
-        yield PrivatePostgres(server, f"postgresql://postgres@{quote(socket_dir, safe='')}/jobs")
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
+    with private_postgres_server("jobs-pg-") as server:
+        yield server

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 import zoneinfo
-from collections import Counter
 from datetime import UTC, timedelta
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from jobs.models import Job, JobRun, RunStatus
 from tests.acceptance.conftest import Cluster, pause_and_wait_for_beats, wait_for
+from tests.support.slot_history import count_notes, wait_runs_finished
 
 pytestmark = pytest.mark.acceptance
 
@@ -61,11 +61,6 @@ def _readme_entries(cluster: Cluster, log: Path) -> None:
     PeriodicTask.objects.create(
         interval=every_second, name="Gone task", task="billing.gone", queue=cluster.queue
     )
-
-
-def _executions(log: Path) -> Counter[str]:
-    lines = log.read_text().splitlines() if log.exists() else []
-    return Counter(line.split()[0] for line in lines if line)
 
 
 def _timed(condition: object, what: str) -> float:
@@ -123,7 +118,7 @@ def test_existing_entries_run_once_per_slot_and_edits_are_picked_up_within_a_sec
     )
     assert added_after <= PICKUP_SECONDS, f"the new entry was adopted after {added_after:.2f} s"
     assert edited_after <= PICKUP_SECONDS, f"the edit reached the job after {edited_after:.2f} s"
-    first_v2 = _timed(lambda: "contacts-v2" in _executions(log), "a run with the edit")
+    first_v2 = _timed(lambda: "contacts-v2" in count_notes(log), "a run with the edit")
     assert first_v2 <= 3.0  # the next 1 s slot after the edit
 
     # Run past a minute boundary, so the crontab entry has a slot.
@@ -132,13 +127,8 @@ def test_existing_entries_run_once_per_slot_and_edits_are_picked_up_within_a_sec
     jobs = list(Job.objects.filter(adopted=True))
     pause_and_wait_for_beats(cluster, ["beat-a", "beat-b"], [job.name for job in jobs])
 
-    def settled() -> bool:
-        return not JobRun.objects.filter(
-            job__in=jobs, status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING)
-        ).exists()
-
-    wait_for(settled, timeout=60, what="every run of the adopted jobs finished")
-    executions = _executions(log)
+    wait_runs_finished(jobs, timeout=60, what="every run of the adopted jobs finished")
+    executions = count_notes(log)
     notes = {
         "Importing contacts": ("contacts", "contacts-v2"),
         "Added later": ("added",),

@@ -31,6 +31,7 @@ from jobs.models import AlertDelivery, BeatHeartbeat, Incident, Job, JobRun, Run
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job, run_now
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.job_factory import new_job
 from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.acceptance
@@ -71,6 +72,39 @@ def _of_job(receiver: Receiver, name: str) -> list[tuple[str, str]]:
     ]
 
 
+def _holding(cluster: Cluster, name: str, hold: Path, log: Path, **policies: Any) -> None:
+    """A job ``name`` of ``tests.hold`` (running while ``hold`` exists), alerting by webhook."""
+    new_job(
+        name, "tests.hold", Every(3600), kwargs={"hold": str(hold)}, log=log,
+        queue=cluster.queue, alert_channels="webhook", **policies,
+    )  # fmt: skip
+
+
+def _running(name: str) -> tuple[JobRun, int]:
+    """Job ``name`` run now: the run, once running, and its pool process's pid."""
+    run = run_now(name, actor=Actor.code("tests"))
+    running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
+    wait_for(running.exists, timeout=20, what="the run running")
+    pid = JobRun.objects.get(pk=run.pk).pid
+    assert pid is not None
+    return run, pid
+
+
+def _wait_told(receiver: Receiver, name: str, event: str, what: str) -> None:
+    """Until the receiver took an ``event`` notification about job ``name``."""
+    wait_for(lambda: event in {told for told, _ in _of_job(receiver, name)}, timeout=30, what=what)
+
+
+def _stop_once_the_outbox_is_empty(cluster: Cluster) -> None:
+    # Every process had time to (wrongly) send anything twice: senders look every second.
+    wait_for(
+        lambda: not AlertDelivery.objects.filter(state="pending").exists(),
+        timeout=10,
+        what="an empty outbox",
+    )
+    cluster.stop_all()
+
+
 @pytest.mark.parametrize("fail_first", [0, 3], ids=["receiver-up", "receiver-500-at-first"])
 def test_a_failing_job_is_told_once_opened_and_once_resolved(
     cluster: Cluster, tmp_path: Path, fail_first: int
@@ -99,18 +133,8 @@ def test_a_failing_job_is_told_once_opened_and_once_resolved(
             poll=0.5,
         )
         healed.touch()
-        wait_for(
-            lambda: "resolved" in {event for event, _ in _of_job(receiver, "nightly")},
-            timeout=30,
-            what="the resolved notification",
-        )
-        # Every process had time to (wrongly) send anything twice: senders look every second.
-        wait_for(
-            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
-            timeout=10,
-            what="an empty outbox",
-        )
-        cluster.stop_all()
+        _wait_told(receiver, "nightly", "resolved", what="the resolved notification")
+        _stop_once_the_outbox_is_empty(cluster)
     told = _of_job(receiver, "nightly")
     assert Counter(event for event, _ in told) == {"opened": 1, "resolved": 1}
     assert failed.count() >= FAILING_FOR - 2
@@ -134,34 +158,12 @@ def test_a_run_killed_mid_run_is_one_lost_alert(cluster: Cluster, tmp_path: Path
     hold.touch()
     with Receiver() as receiver:
         _alerting(cluster, receiver)
-        create_job(
-            JobDefinition(
-                name="long",
-                task="tests.hold",
-                schedule=Every(3600),
-                kwargs={"log": str(tmp_path / "log"), "hold": str(hold)},
-                policies={"queue": cluster.queue, "lease_ttl": 3, "alert_channels": "webhook"},
-            ),
-            actor=Actor.code("tests"),
-        )
+        _holding(cluster, "long", hold, tmp_path / "log", lease_ttl=3)
         _start(cluster)
-        run = run_now("long", actor=Actor.code("tests"))
-        running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
-        wait_for(running.exists, timeout=20, what="the run running")
-        pid = JobRun.objects.get(pk=run.pk).pid
-        assert pid is not None
+        run, pid = _running("long")
         os.kill(pid, signal.SIGKILL)  # the pool process running it, mid-run
-        wait_for(
-            lambda: "opened" in {event for event, _ in _of_job(receiver, "long")},
-            timeout=30,
-            what="the lost alert",
-        )
-        wait_for(
-            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
-            timeout=10,
-            what="an empty outbox",
-        )
-        cluster.stop_all()
+        _wait_told(receiver, "long", "opened", what="the lost alert")
+        _stop_once_the_outbox_is_empty(cluster)
     assert JobRun.objects.get(pk=run.pk).status == RunStatus.LOST
     told = _of_job(receiver, "long")
     assert [event for event, _ in told] == ["opened"]
@@ -177,34 +179,19 @@ def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
     hold.touch()
     with Receiver() as receiver:
         _alerting(cluster, receiver)
-        create_job(
-            JobDefinition(
-                name="wedged",
-                task="tests.hold",
-                schedule=Every(3600),
-                kwargs={"log": str(tmp_path / "log"), "hold": str(hold)},
-                policies={
-                    "queue": cluster.queue,
-                    "soft_time_limit": 2,
-                    "lease_ttl": 120,  # it stays running (not lost) while stopped
-                    "alert_channels": "webhook",
-                },
-            ),
-            actor=Actor.code("tests"),
+        _holding(
+            cluster,
+            "wedged",
+            hold,
+            tmp_path / "log",
+            soft_time_limit=2,
+            lease_ttl=120,  # it stays running (not lost) while stopped
         )
         _start(cluster)
-        run = run_now("wedged", actor=Actor.code("tests"))
-        running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
-        wait_for(running.exists, timeout=20, what="the run running")
-        pid = JobRun.objects.get(pk=run.pk).pid
-        assert pid is not None
+        run, pid = _running("wedged")
         os.kill(pid, signal.SIGSTOP)
         try:
-            wait_for(
-                lambda: "opened" in {event for event, _ in _of_job(receiver, "wedged")},
-                timeout=30,
-                what="the stuck alert",
-            )
+            _wait_told(receiver, "wedged", "opened", what="the stuck alert")
             stuck = Incident.objects.get(job__name="wedged")
             assert (stuck.kind, stuck.last_run_id) == ("stuck", run.pk)
             assert JobRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
@@ -216,12 +203,7 @@ def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
             timeout=20,
             what="the stuck incident resolved by the run's end",
         )
-        wait_for(
-            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
-            timeout=10,
-            what="an empty outbox",
-        )
-        cluster.stop_all()
+        _stop_once_the_outbox_is_empty(cluster)
     told = [r.payload for r in receiver.accepted() if r.payload["incident"]["kind"] == "stuck"]
     stuck_told = [payload["event"] for payload in told]
     # Should it fail: which incident and run each notification was about (the same incident
@@ -262,12 +244,7 @@ def test_stopping_every_beat_is_one_cluster_alert(cluster: Cluster, tmp_path: Pa
         wait_for(lambda: bool(no_beat("opened")), timeout=30, what="the no-live-beat alert")
         cluster.start_beat("beat2")
         wait_for(lambda: bool(no_beat("resolved")), timeout=40, what="its resolution")
-        wait_for(
-            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
-            timeout=10,
-            what="an empty outbox",
-        )
-        cluster.stop_all()
+        _stop_once_the_outbox_is_empty(cluster)
     (opened,) = no_beat("opened")
     assert opened["job"] is None and "no live beat" in str(opened["text"])
     assert len(no_beat("resolved")) == 1
@@ -311,12 +288,7 @@ def test_alerts_are_e_mailed_through_smtp(cluster: Cluster, tmp_path: Path) -> N
         _start(cluster, beats=1, workers=1)
         run = run_now("mailed", actor=Actor.code("tests"))
         wait_for(lambda: bool(mailbox.messages), timeout=30, what="the alert e-mail")
-        wait_for(
-            lambda: not AlertDelivery.objects.filter(state="pending").exists(),
-            timeout=10,
-            what="an empty outbox",
-        )
-        cluster.stop_all()
+        _stop_once_the_outbox_is_empty(cluster)
     finally:
         smtp.stop()
     (message,) = mailbox.messages

@@ -27,7 +27,8 @@ from devtools.services import free_port, start_redis
 from jobs.beat import slot_records
 from jobs.messages import publish
 from jobs.models import Job, JobRun, RunStatus
-from tests.acceptance.conftest import Broker, Cluster, PrivatePostgres, wait_for
+from tests.acceptance.conftest import Broker, Cluster, wait_for
+from tests.support.private_postgres import PrivatePostgres
 from tests.support.slot_history import (
     BEAT_ENV,
     START_TIMEOUT,

@@ -13,68 +13,24 @@ has not acknowledged, one ending while Redis is down, the other after it is back
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from celery import current_app
 from django.utils import timezone
 
-from devtools.services import free_port, start_redis
 from jobs.audit import Actor
 from jobs.messages import publish
 from jobs.models import TERMINAL_STATUSES, Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.private_redis import PrivateRedis
 
 pytestmark = pytest.mark.acceptance
 
 START_TIMEOUT = 90  # a worker starting on a small, shared machine
 SETTLE = 60  # a worker reconnecting, runs ending, on that machine
-
-
-class PrivateRedis:
-    """A redis-server of the test's own, to kill and start again on the same port."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = start_redis(folder, self.port)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def drop_pubsub_connections(self) -> int:
-        client = redis.Redis.from_url(self.url)
-        try:
-            return int(client.client_kill_filter(_type="pubsub"))
-        finally:
-            client.close()
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
-
-    def start(self) -> None:
-        assert self.process is None
-        self.process = start_redis(self.folder, self.port)
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    folder = tmp_path / "redis"
-    folder.mkdir()
-    server = PrivateRedis(folder)
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 def _job(cluster: Cluster, name: str, task: str, **kwargs: str) -> Job:

@@ -25,7 +25,7 @@ from django_celery_beat.models import PeriodicTask
 from bench.beat_bench import create_jobs
 from devtools.__main__ import flower_state_options
 from devtools.rabbitmq import private_rabbitmq_node
-from devtools.services import free_port, start_redis
+from devtools.services import free_port
 from jobs import bulk_publish, messages
 from jobs.amqp_frames import BufferedPublishing
 from jobs.audit import Actor
@@ -42,6 +42,7 @@ from tests.acceptance.conftest import (
 )
 from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks published here)
 from tests.support.job_factory import new_job
+from tests.support.private_redis import PrivateRedis
 from tests.support.slot_history import BEAT_ENV, count_executions
 
 pytestmark = pytest.mark.acceptance
@@ -226,6 +227,19 @@ def _assert_each_ran_once(jobs: list[Job], log: Path) -> list[JobRun]:
     return runs
 
 
+def _a_worker_runs_each_once_some_re_published(
+    cluster: Cluster, jobs: list[Job], log: Path, slot: datetime
+) -> None:
+    """After a broker outage mid-burst: a worker starts and every run executes, once; some went
+    out twice (their first message died with the broker): maintenance's."""
+    cluster.start_worker("worker", concurrency=4)
+
+    wait_for(lambda: _all_done(jobs), 180, "every run of the burst succeeded")
+    runs = _assert_each_ran_once(jobs, log)
+    assert any(run.dispatched_at and run.dispatched_at > slot + timedelta(seconds=1)
+               for run in runs), "no run was re-published"  # fmt: skip
+
+
 def test_a_burst_runs_once_and_flower_and_the_worker_see_it_as_usual(
     cluster: Cluster, broker: Broker, tmp_path: Path
 ) -> None:
@@ -305,18 +319,16 @@ def _burst_due_soon(cluster: Cluster, url: str, log: Path) -> tuple[list[Job], d
     return jobs, slot
 
 
-def test_a_redis_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_redis_killed_mid_burst_loses_no_run(
+    cluster: Cluster, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
     """2,000 slots due at once from two beats into a Redis of the test's own. Once part of the
     burst is in it, the beats are frozen (SIGSTOP) mid-burst, Redis is killed (it keeps
     nothing), the beats go on for a second while it is down (their publishes fail), and it
     starts again; only then a worker starts. Every run executes, once: maintenance re-publishes
     what the kill lost and what could not be sent."""
-    folder = tmp_path / "redis"
-    folder.mkdir()
-    port = free_port()
-    server = start_redis(folder, port)
+    url = private_redis.url
     try:
-        url = f"redis://127.0.0.1:{port}/0"
         log = tmp_path / "executions.log"
         jobs, slot = _burst_due_soon(cluster, url, log)
 
@@ -329,38 +341,25 @@ def test_a_redis_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path)
         in_redis = client.llen(cluster.queue)
         assert in_redis < len(jobs), "the whole burst was out before the beats froze"
         client.close()
-        server.kill()
-        server.wait()
+        private_redis.kill()
         for name in BEATS:
             cluster.kill(name, signal.SIGCONT)
         time.sleep(1)  # the outage: the beats' next publishes meet no Redis
-        server = start_redis(folder, port)
-        cluster.start_worker("worker", concurrency=4)
-
-        wait_for(lambda: _all_done(jobs), 180, "every run of the burst succeeded")
-        runs = _assert_each_ran_once(jobs, log)
-        # Some runs went out twice (their first message died with Redis): maintenance's.
-        assert any(run.dispatched_at and run.dispatched_at > slot + timedelta(seconds=1)
-                   for run in runs), "no run was re-published"  # fmt: skip
+        private_redis.start()
+        _a_worker_runs_each_once_some_re_published(cluster, jobs, log, slot)
     finally:
         cluster.stop_all()
-        server.kill()
-        server.wait()
 
 
 def test_beats_told_to_stop_mid_burst_publish_every_slot_they_recorded(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, private_redis: PrivateRedis, tmp_path: Path
 ) -> None:
     """Both beats are told to stop (SIGTERM, as a deploy does) while a burst of 2,000 slots is
     on its way into Redis. Each stops once its tick is done (jobs.beat.graceful_stop), so every
     run recorded by then went out and is stamped so, with no maintenance pass to make up for
     it: no beat is left to make one."""
-    folder = tmp_path / "redis"
-    folder.mkdir()
-    port = free_port()
-    server = start_redis(folder, port)
+    url = private_redis.url
     try:
-        url = f"redis://127.0.0.1:{port}/0"
         jobs, _ = _burst_due_soon(cluster, url, tmp_path / "executions.log")
         client = redis.Redis.from_url(url)
         wait_for(
@@ -377,8 +376,6 @@ def test_beats_told_to_stop_mid_burst_publish_every_slot_they_recorded(
         assert client.llen(cluster.queue) == len(jobs)
     finally:
         cluster.stop_all()
-        server.kill()
-        server.wait()
 
 
 def _queued(channel: Any, url: str, queue: str) -> tuple[Any, int]:
@@ -425,11 +422,6 @@ def test_a_rabbitmq_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Pa
                 cluster.kill(name, signal.SIGCONT)
             time.sleep(1)  # the outage: the beats' next publishes meet no broker
             node.process.start()
-            cluster.start_worker("worker", concurrency=4)
-
-            wait_for(lambda: _all_done(jobs), 180, "every run of the burst succeeded")
-            runs = _assert_each_ran_once(jobs, log)
-            assert any(run.dispatched_at and run.dispatched_at > slot + timedelta(seconds=1)
-                       for run in runs), "no run was re-published"  # fmt: skip
+            _a_worker_runs_each_once_some_re_published(cluster, jobs, log, slot)
         finally:
             cluster.stop_all()

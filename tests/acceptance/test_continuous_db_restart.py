@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.acceptance.conftest import Cluster, PrivatePostgres, wait_for
+from tests.acceptance.conftest import Cluster, wait_for
 from tests.support.jobs_continuous import (
     Holders,
     Sampler,
@@ -24,6 +24,7 @@ from tests.support.jobs_continuous import (
     overlapping_tenures,
     read_events,
 )
+from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = pytest.mark.acceptance
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 import zoneinfo
-from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from jobs.models import AuditEntry, Configured, Job, JobRun, RunStatus
 from jobs.names import job_name_for
 from jobs.schedule import slots
 from tests.acceptance.conftest import ROOT, Cluster, pause_and_wait_for_beats, wait_for
+from tests.support.slot_history import count_notes, wait_runs_finished
 
 pytestmark = pytest.mark.acceptance
 
@@ -78,11 +78,6 @@ def _rows(cluster: Cluster, log: Path) -> None:
         enabled=False,
         **common,
     )
-
-
-def _executions(log: Path) -> Counter[str]:
-    lines = log.read_text().splitlines() if log.exists() else []
-    return Counter(line.split()[0] for line in lines if line)
 
 
 def _report(cluster: Cluster) -> list[dict[str, Any]]:
@@ -204,13 +199,8 @@ def test_every_declared_schedule_runs_once_per_slot_and_a_removed_one_stops_with
     pause_and_wait_for_beats(cluster, ["beat-a2", "beat-b3"], live)
     jobs = list(Job.objects.filter(name__in=expected))
 
-    def settled() -> bool:
-        return not JobRun.objects.filter(
-            job__in=jobs, status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING)
-        ).exists()
-
-    wait_for(settled, timeout=60, what="every run finished")
-    executions = _executions(log)
+    wait_runs_finished(jobs, timeout=60, what="every run finished")
+    executions = count_notes(log)
     # The job was never switched back on: one pause, no resume, by the configuration.
     assert AuditEntry.objects.filter(job_name="legacy-cleanup", action="resume").count() == 0
     assert AuditEntry.objects.filter(job_name="legacy-cleanup", action="pause").count() == 1

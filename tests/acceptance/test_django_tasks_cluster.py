@@ -35,16 +35,6 @@ BEAT_ENV = {**NEWSLETTER, "JOBS_MAINTENANCE_INTERVAL": "0.5", "JOBS_REPUBLISH_AF
 ANY_QUEUE = {"default": {"BACKEND": "jobs.django_tasks.backend.ClusterTaskBackend", "QUEUES": []}}
 
 
-def _ready(cluster: Cluster, *names: str) -> None:
-    def ready() -> bool:
-        return all(
-            (" ready." if name.startswith("worker") else "beat loaded") in cluster.log_of(name)
-            for name in names
-        )
-
-    wait_for(ready, timeout=START_TIMEOUT, what=f"{', '.join(names)} started", poll=0.5)
-
-
 def _own_job(cluster: Cluster, task: Any) -> Job:
     """The task's own job, made ahead of the first enqueue as an operator would edit it: on the
     test's queue, with a short lease so that a dead worker's run lapses within seconds."""
@@ -62,7 +52,7 @@ def test_a_task_on_a_worker_killed_mid_run_is_failed_and_the_others_succeed(
 ) -> None:
     cluster.start_worker("worker-a", env=NEWSLETTER)
     cluster.start_worker("worker-b", env=NEWSLETTER)
-    _ready(cluster, "worker-a", "worker-b")
+    cluster.wait_ready("worker-a", "worker-b", timeout=START_TIMEOUT)
     _own_job(cluster, tasks.render_issue)
     _own_job(cluster, tasks.count_words)
 
@@ -131,7 +121,7 @@ def test_a_task_as_a_jobs_task_runs_each_slot_once_through_the_beat(cluster: Clu
     cluster.start_worker("worker-a", env=NEWSLETTER)
     cluster.start_beat("beat-a", env=BEAT_ENV)
     cluster.start_beat("beat-b", env=BEAT_ENV)
-    _ready(cluster, "worker-a", "beat-a", "beat-b")
+    cluster.wait_ready("worker-a", "beat-a", "beat-b", timeout=START_TIMEOUT)
     name = tasks.count_words.module_path
     job = new_job(
         "word-count", name, Every(2), kwargs={"text": "one two three"}, queue=cluster.queue

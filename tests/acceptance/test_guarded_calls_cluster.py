@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
 
 from jobs.audit import Actor
-from jobs.models import JobRun, RunStatus, Trigger
+from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.services import pause
 from jobs.upkeep.recovery import recover_lost_runs
@@ -42,14 +43,18 @@ def _overlapping(spans: list[tuple[str, float, float]]) -> list[tuple[str, str]]
     return [(a[0], b[0]) for a, b in itertools.combinations(ordered, 2) if b[1] < a[2]]
 
 
-def _ready(cluster: Cluster, *names: str) -> None:
-    def ready() -> bool:
-        return all(
-            (" ready." if name.startswith("worker") else "beat loaded") in cluster.log_of(name)
-            for name in names
-        )
+def _two_workers_ready(cluster: Cluster) -> None:
+    cluster.start_worker("worker-a")
+    cluster.start_worker("worker-b")
+    cluster.wait_ready("worker-a", "worker-b", timeout=START_TIMEOUT)
 
-    wait_for(ready, timeout=START_TIMEOUT, what=f"{', '.join(names)} started", poll=0.5)
+
+def _called_only(cluster: Cluster, log: Path, **policies: Any) -> Job:
+    """The job ``sync`` of the guarded task, hourly and with no beat: the calls are its only
+    runs."""
+    return new_job(
+        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue, **policies
+    )
 
 
 def _settled(runs: list[int]) -> bool:
@@ -61,14 +66,8 @@ def test_concurrent_calls_run_one_at_a_time_on_two_workers(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     log = tmp_path / "spans.log"
-    cluster.start_worker("worker-a")
-    cluster.start_worker("worker-b")
-    _ready(cluster, "worker-a", "worker-b")
-    # Hourly and no beat: the calls are this job's only runs.
-    job = new_job(
-        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
-        overlap="wait", start_deadline=120,
-    )  # fmt: skip
+    _two_workers_ready(cluster)
+    job = _called_only(cluster, log, overlap="wait", start_deadline=120)
     ids: list[str] = []
 
     def call(n: int) -> None:
@@ -108,7 +107,7 @@ def test_a_call_while_a_scheduled_run_holds_the_lease(
     cluster.start_worker("worker-a")
     cluster.start_worker("worker-b")
     cluster.start_beat("beat-a", env=BEAT_ENV)
-    _ready(cluster, "worker-a", "worker-b", "beat-a")
+    cluster.wait_ready("worker-a", "worker-b", "beat-a", timeout=START_TIMEOUT)
     job = new_job(
         "sync", SPAN, Every(6), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
         overlap=overlap, start_deadline=30,
@@ -149,13 +148,8 @@ def test_a_killed_workers_call_is_recorded_lost_and_retried_with_its_arguments(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     log = tmp_path / "spans.log"
-    cluster.start_worker("worker-a")
-    cluster.start_worker("worker-b")
-    _ready(cluster, "worker-a", "worker-b")
-    job = new_job(
-        "sync", SPAN, Every(3600), kwargs=SLOT_SPAN, log=log, queue=cluster.queue,
-        lease_ttl=3, on_lost="retry", start_deadline=60,
-    )  # fmt: skip
+    _two_workers_ready(cluster)
+    job = _called_only(cluster, log, lease_ttl=3, on_lost="retry", start_deadline=60)
     call = int(guarded_span.delay(str(log), note="doomed", seconds=8).id.removeprefix("jobrun-"))
 
     def holding() -> JobRun | None:

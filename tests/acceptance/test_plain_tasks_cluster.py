@@ -5,7 +5,6 @@ never sent to the plain task itself."""
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from jobs.models import Job, JobRun, RunStatus
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
 from tests.acceptance.conftest import Cluster, pause_and_wait_for_beats, wait_for
+from tests.support.slot_history import count_notes, wait_runs_finished
 
 pytestmark = pytest.mark.acceptance
 
@@ -52,11 +52,6 @@ def _plain_jobs(cluster: Cluster, log: Path) -> list[Job]:
     ]
 
 
-def _executions(log: Path) -> Counter[str]:
-    lines = log.read_text().splitlines() if log.exists() else []
-    return Counter(line.split()[0] for line in lines if line)
-
-
 def test_plain_tasks_run_each_slot_once_across_beats_and_a_beat_kill(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -78,13 +73,8 @@ def test_plain_tasks_run_each_slot_once_across_beats_and_a_beat_kill(
     wait_for(lambda: timezone.now() > start + timedelta(seconds=16), 30, "8 more s of slots")
     pause_and_wait_for_beats(cluster, ["beat-b"], [job.name for job in jobs])
 
-    def settled() -> bool:
-        return not JobRun.objects.filter(
-            job__in=jobs, status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING)
-        ).exists()
-
-    wait_for(settled, timeout=60, what="every run of the plain jobs finished")
-    executions = _executions(log)
+    wait_runs_finished(jobs, timeout=60, what="every run of the plain jobs finished")
+    executions = count_notes(log)
     for job in jobs:
         runs = list(JobRun.objects.filter(job=job).order_by("scheduled_for"))
         step = timedelta(seconds=job.periodic_task.interval.every)  # type: ignore[union-attr]

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connections
-from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
+from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
 from tests.acceptance.conftest import ROOT, cluster  # noqa: F401  (the fixture, re-exported)
 
@@ -31,6 +32,7 @@ LAUNCH_FLAGS = [
 ]
 # The smallest common laptop screen: every admin page must work at this size.
 VIEWPORT = ViewportSize(width=1366, height=768)
+PASSWORD = "a-long-test-password-4242"
 # Screenshots of each step (git-ignored); JOBS_BROWSER_ARTIFACTS puts them elsewhere.
 ARTIFACTS = Path(os.environ.get("JOBS_BROWSER_ARTIFACTS") or ROOT / "artifacts" / "browser")
 
@@ -65,6 +67,18 @@ def page(browser: Browser, live_server: object) -> Iterator[Page]:
         yield context.new_page()
     finally:
         context.close()
+
+
+@pytest.fixture
+def operator(page: Page) -> Page:
+    """The page, logged in to the admin as a superuser."""
+    User.objects.create_superuser("operator", password=PASSWORD)
+    page.goto("/admin/login/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    expect(page.locator("#user-tools")).to_contain_text("operator")
+    return page
 
 
 def shot(page: Page, name: str) -> None:

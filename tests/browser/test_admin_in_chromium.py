@@ -17,11 +17,9 @@ from playwright.sync_api import Page, expect
 
 from jobs.models import Job, JobRun, RunStatus
 from tests.acceptance.conftest import ROOT, Cluster, wait_for
-from tests.browser.conftest import shot
+from tests.browser.conftest import PASSWORD, shot
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
-
-PASSWORD = "a-long-test-password-4242"
 
 
 def test_an_operator_creates_watches_runs_pauses_and_sees_the_chart(

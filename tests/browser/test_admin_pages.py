@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Locator, Page, expect
@@ -29,7 +28,6 @@ from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.browser
 
-PASSWORD = "a-long-test-password-4242"
 INSTANT = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
 TESTS = Actor.code("tests")
 # A holder as long as real ones get: node name, pid, run id (jobs.guard.runner).
@@ -68,17 +66,6 @@ def jobs_of_a_busy_cluster() -> Iterator[dict[str, Job]]:
             )
     assert lease.acquire(jobs["billing"].lock_key, HOLDER, ttl=600) is not None
     yield jobs
-
-
-@pytest.fixture
-def operator(page: Page) -> Page:
-    User.objects.create_superuser("operator", password=PASSWORD)
-    page.goto("/admin/login/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    expect(page.locator("#user-tools")).to_contain_text("operator")
-    return page
 
 
 # Nothing wider than the screen, nothing scrolled out of view in the list's results box.

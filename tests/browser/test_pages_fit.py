@@ -45,7 +45,6 @@ from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.browser
 
-PASSWORD = "a-long-test-password-4242"
 TESTS = Actor.code("tests")
 # Names as long as real ones get: node name, pid, run id (jobs.guard.runner).
 NODE = "celery@worker-node-07.eu-west-1.compute.internal"
@@ -186,17 +185,6 @@ def busy_cluster() -> Iterator[dict[str, Model]]:
         "auditentry": added,
         "incident": incident,
     }
-
-
-@pytest.fixture
-def operator(page: Page) -> Page:
-    User.objects.create_superuser("operator", password=PASSWORD)
-    page.goto("/admin/login/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    expect(page.locator("#user-tools")).to_contain_text("operator")
-    return page
 
 
 def _pages(rows: dict[str, Model]) -> list[tuple[str, str]]:

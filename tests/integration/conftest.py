@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.test import Client, override_settings
+from django.test import Client
 
 import tests.support.jobs_under_test
 import tests.support.plain_tasks  # noqa: F401  (registers plain Celery tasks)
@@ -18,6 +18,7 @@ from jobs.conf import get_alerts_conf
 from jobs.models import Job
 from jobs.schedule.kinds import Schedule
 from jobs.web import tokens
+from tests.support.cached_settings import overriding
 from tests.support.job_factory import HOURLY, new_job
 
 # The webhook secret the ``alerts_to`` fixture configures: receivers verify signatures with it.
@@ -82,23 +83,17 @@ def redis_broker(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
 @pytest.fixture
 def alerts_to() -> Iterator[Callable[..., None]]:
     """Point the alert settings somewhere for one test (they are read once, then cached)."""
-    overrides: list[override_settings] = []
+    with overriding(get_alerts_conf) as override:
 
-    def configure(url: str = "", emails: tuple[str, ...] = ()) -> None:
-        override = override_settings(
-            JOBS_ALERT_WEBHOOK_URL=url,
-            JOBS_ALERT_WEBHOOK_SECRET=ALERT_SECRET,
-            JOBS_ALERT_EMAILS=list(emails),
-            JOBS_PUBLIC_URL="https://jobs.example.com",
-        )
-        override.enable()
-        overrides.append(override)
-        get_alerts_conf.cache_clear()
+        def configure(url: str = "", emails: tuple[str, ...] = ()) -> None:
+            override(
+                JOBS_ALERT_WEBHOOK_URL=url,
+                JOBS_ALERT_WEBHOOK_SECRET=ALERT_SECRET,
+                JOBS_ALERT_EMAILS=list(emails),
+                JOBS_PUBLIC_URL="https://jobs.example.com",
+            )
 
-    yield configure
-    for override in overrides:
-        override.disable()
-    get_alerts_conf.cache_clear()
+        yield configure
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from jobs.models import AuditAction, AuditEntry, Job, JobRun, Trigger
 from jobs.upkeep import maintenance
 from jobs.web import serializers
 from project.celery import app
+from tests.support.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,19 +42,11 @@ APPEND = "tests.support.plain_tasks.append"
 TESTS = Actor.code("tests")
 
 
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
+def clock() -> VirtualClock:
     # Behind the database's clock, so edits made by the test are "after" the beat's now, but
     # within a run's start deadline (the claim judges it by the database's clock).
-    return Clock(timezone.now().replace(second=0, microsecond=0))
+    return VirtualClock(timezone.now().replace(second=0, microsecond=0))
 
 
 def _beat(clock: Callable[[], datetime]) -> ClusterScheduler:
@@ -92,7 +85,7 @@ def _seen(log: Path) -> list[dict[str, Any]]:
 
 
 def test_a_rows_headers_and_its_name_reach_the_task_as_under_stock_beat(
-    tmp_path: Path, redis_broker: redis.Redis, clock: Clock
+    tmp_path: Path, redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     log = tmp_path / "seen.log"
     headers = {"tenant": "acme", "trace": {"sampled": True, "ids": [1, 2]}}
@@ -176,7 +169,7 @@ def test_headers_follow_edits_both_ways() -> None:
 
 
 def test_an_expiring_row_has_slots_until_then_each_message_expiring_with_it(
-    redis_broker: redis.Redis, clock: Clock
+    redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     expires = clock.now + timedelta(seconds=25)
     _entry("until then", args='["/dev/null"]', expires=expires)
@@ -246,7 +239,7 @@ def test_a_row_with_both_expiries_is_refused_as_django_celery_beat_refuses_it() 
 
 
 def test_a_one_off_row_runs_its_first_slot_once_across_beats_then_is_paused(
-    tmp_path: Path, redis_broker: redis.Redis, clock: Clock, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis_broker: redis.Redis, clock: VirtualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     log = tmp_path / "seen.log"
     # The first slot 10 to 20 s in the past: the resume below comes after it whenever the
@@ -278,14 +271,14 @@ def test_a_one_off_row_runs_its_first_slot_once_across_beats_then_is_paused(
     # Resumed, it runs its first slot from then on once more (django-celery-beat's re-enabled
     # one_off row runs once more too).
     services.resume("once", actor=TESTS)
-    beat = _beat(Clock(timezone.now()))
+    beat = _beat(VirtualClock(timezone.now()))
     for _ in range(3):
         beat.tick_at(timezone.now() + timedelta(seconds=11))
     assert JobRun.objects.filter(job=job).count() == 2
     assert not Job.objects.get(pk=job.pk).enabled
 
 
-def test_beats_racing_on_a_one_off_jobs_slots_record_one(clock: Clock) -> None:
+def test_beats_racing_on_a_one_off_jobs_slots_record_one(clock: VirtualClock) -> None:
     _entry("race", args='["/dev/null"]', one_off=True)
     adoption.adopt()
     job = Job.objects.get(name="race")
@@ -324,7 +317,7 @@ def test_a_clocked_one_off_row_is_once_by_its_schedule() -> None:
 
 
 def test_a_disabled_row_becomes_a_paused_job_that_its_page_can_resume(
-    tmp_path: Path, redis_broker: redis.Redis, clock: Clock, admin_client: Client
+    tmp_path: Path, redis_broker: redis.Redis, clock: VirtualClock, admin_client: Client
 ) -> None:
     log = tmp_path / "seen.log"
     entry = _entry("dormant", task=APPEND, args=json.dumps([str(log)]), enabled=False)
@@ -357,7 +350,7 @@ def test_a_disabled_row_becomes_a_paused_job_that_its_page_can_resume(
 
 
 def test_one_task_in_several_rows_becomes_several_jobs_each_with_its_arguments(
-    tmp_path: Path, redis_broker: redis.Redis, clock: Clock
+    tmp_path: Path, redis_broker: redis.Redis, clock: VirtualClock
 ) -> None:
     log = tmp_path / "runs.log"
     for city in ("paris", "tokyo", "lima"):

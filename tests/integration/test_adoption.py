@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import zoneinfo
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import (
@@ -33,6 +31,7 @@ from jobs.models import Job, ScheduleChange, ScheduleError
 from jobs.schedule.kinds import At, Cron, Every, Solar
 from project.celery import app
 from tests.support.forms import job_form_data
+from tests.support.threads_at_once import at_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -229,21 +228,7 @@ def test_jobs_adopt_dry_run_lists_what_would_and_would_not_be_adopted() -> None:
 def test_beats_adopting_the_same_entries_at_once_make_one_job_each() -> None:
     for n in range(5):
         _entry(f"entry-{n}")
-    start = threading.Barrier(4)
-    results: list[list[adoption.Verdict]] = []
-
-    def adopt() -> None:
-        try:
-            start.wait()
-            results.append(adoption.adopt())
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=adopt) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    results = at_once(4, adoption.adopt, timeout=30)
     assert Job.objects.count() == 5
     adopted = sorted(verdict.name for result in results for verdict in result)
     assert adopted == [f"entry-{n}" for n in range(5)]  # each reported adopted once

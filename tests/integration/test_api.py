@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule
@@ -36,6 +35,7 @@ from jobs.models import (
 )
 from jobs.schedule.kinds import At, Every
 from jobs.web import tokens
+from tests.support.threads_at_once import at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -371,23 +371,13 @@ def test_concurrent_retries_with_one_key_make_one_run(
 ) -> None:
     make_job("report")
     clients = 6
-    start = threading.Barrier(clients)
-    answers: list[tuple[int, int]] = []
 
-    def retry() -> None:
-        try:
-            own = Client(headers={"authorization": f"Bearer {secret}"})
-            start.wait()
-            response = trigger(own, "report", "same-key")
-            answers.append((response.status_code, response.json()["id"]))
-        finally:
-            connection.close()
+    def retry() -> tuple[int, int]:
+        own = Client(headers={"authorization": f"Bearer {secret}"})
+        response = trigger(own, "report", "same-key")
+        return response.status_code, response.json()["id"]
 
-    threads = [threading.Thread(target=retry) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    answers = at_once(clients, retry, timeout=30)
 
     assert len(answers) == clients
     assert len({run_id for _, run_id in answers}) == 1

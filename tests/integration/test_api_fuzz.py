@@ -20,7 +20,7 @@ from urllib.parse import quote
 import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs import services
@@ -29,6 +29,7 @@ from jobs.models import Blackout, Job
 from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
 from jobs.web import tokens
+from tests.support.fuzzing import fuzz_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -88,12 +89,7 @@ def test_every_route_answers_hostile_path_parameters_with_400_or_404() -> None:
         if method != "OPTIONS"
     ]
 
-    @settings(
-        max_examples=300,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_settings(300)
     @given(call=st.sampled_from(calls), value=VALUES)
     def request(call: tuple[str, str], value: str) -> None:
         route, method = call
@@ -142,12 +138,7 @@ def test_names_and_texts_in_bodies_are_stored_as_sent_or_a_400_naming_the_field(
             body[field] = draw(st.one_of(st.sampled_from(TEXTS[field]), random))
         return target, body
 
-    @settings(
-        max_examples=200,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_settings(200)
     @given(sent=bodies())
     def request(sent: tuple[str, dict[str, Any]]) -> None:
         target, body = sent

@@ -30,7 +30,7 @@ from jobs.guard.runner import execute_run
 from jobs.models import Job, JobKind, JobRun, Lease, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
 from tests.support import django_tasks
-from tests.support.worker_threads import on_a_worker_thread, wait_for_token
+from tests.support.worker_threads import worker_holding_its_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -190,8 +190,7 @@ def test_runs_without_a_lock_key_run_side_by_side_each_under_its_own_lease(
 ) -> None:
     log, release = tmp_path / "spans.log", tmp_path / "release"
     slow = django_tasks.span.enqueue(str(log), "slow", release=str(release))
-    worker = on_a_worker_thread(_run(slow).pk)
-    wait_for_token(_run(slow).pk)
+    worker = worker_holding_its_lease(_run(slow).pk)
     quick = _work(django_tasks.span.enqueue(str(log), "quick"))
     assert quick.status == TaskResultStatus.SUCCESSFUL, "not held back by the running one"
     assert _backend().get_result(slow.id).status == TaskResultStatus.RUNNING
@@ -208,8 +207,7 @@ def test_a_lock_key_keeps_one_run_per_key_and_the_others_fail_as_skipped(
 ) -> None:
     log, release = tmp_path / "cities.log", tmp_path / "release"
     paris = django_tasks.sync_city.enqueue(str(log), "Paris", release=str(release))
-    worker = on_a_worker_thread(_run(paris).pk)
-    wait_for_token(_run(paris).pk)
+    worker = worker_holding_its_lease(_run(paris).pk)
     lyon = _work(django_tasks.sync_city.enqueue(str(log), city="Lyon"))
     paris_again = _work(django_tasks.sync_city.enqueue(log=str(log), city="Paris"))
     release.touch()
@@ -227,8 +225,7 @@ def test_a_run_whose_lease_lapsed_is_lost_and_failed(
     log, release = tmp_path / "spans.log", tmp_path / "release"
     result = django_tasks.span.enqueue(str(log), "stalled", release=str(release))
     run_id = _run(result).pk
-    worker = on_a_worker_thread(run_id)
-    wait_for_token(run_id)
+    worker = worker_holding_its_lease(run_id)
     # Maintenance, as if the lease's ttl had passed without a renewal (a dead worker).
     assert recover_lost_runs(now=timezone.now() + timedelta(hours=1)) == [run_id]
     release.touch()
@@ -284,8 +281,7 @@ def test_retention_deletes_a_runs_own_lease_with_the_run_and_no_other(
     execute_run(scheduled.pk, task_id="s", node="n")
     log, release = tmp_path / "spans.log", tmp_path / "release"
     running = _run(django_tasks.span.enqueue(str(log), "slow", release=str(release)))
-    worker = on_a_worker_thread(running.pk)
-    wait_for_token(running.pk)
+    worker = worker_holding_its_lease(running.pk)
     keys = dict(JobRun.objects.values_list("pk", "lease_key"))
     assert Lease.objects.filter(key__in=keys.values()).count() == 3
 

@@ -25,6 +25,7 @@ from jobs.models import AuditEntry, Blackout, Job, JobRun, RunStatus, ScheduleEr
 from jobs.schedule.kinds import Cron
 from jobs.web import tokens
 from project.celery import app
+from tests.support.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,14 +36,6 @@ START = datetime(2025, 12, 24, 9, 0, tzinfo=UTC)
 ACTOR = Actor.code("tests")
 
 
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def _owed_from(start: datetime, job: Job) -> Job:
     """``job``, as if created at ``start``: owed no slot before it."""
     Job.objects.filter(pk=job.pk).update(updated_at=start)
@@ -50,7 +43,7 @@ def _owed_from(start: datetime, job: Job) -> Job:
 
 
 def _run_beat(until: datetime, step: timedelta = timedelta(hours=1)) -> None:
-    clock = Clock(START)
+    clock = VirtualClock(START)
     beat = ClusterScheduler(app=app, clock=clock, maintain=False)
     while clock.now <= until:
         beat.tick_at(clock.now)

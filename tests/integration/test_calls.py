@@ -27,7 +27,7 @@ from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
 from tests.integration.conftest import Published
 from tests.support import jobs_under_test, plain_tasks
 from tests.support.plain_tasks import guarded_boom, guarded_city, guarded_once, guarded_span
-from tests.support.worker_threads import on_a_worker_thread, wait_for_token
+from tests.support.worker_threads import on_a_worker_thread, worker_holding_its_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,19 +84,25 @@ def test_a_call_goes_to_the_runner_under_the_jobs_name(
     assert options["task_id"] == result.id and options["kwargs"]["run_id"] == _run_id(result)
 
 
-def test_a_call_while_a_scheduled_run_holds_the_lease_is_skipped_naming_it(
-    make_job: MakeJob, published: Published, tmp_path: Path
-) -> None:
-    log = tmp_path / "spans.log"
-    job = make_job("sync", task=SPAN, kwargs={"log": str(log), "note": "slot", "seconds": 2})
+def _call_while_a_scheduled_run_holds_the_lease(job: Job, log: Path) -> tuple[JobRun, JobRun]:
+    """A scheduled run of ``job`` on a worker thread; once it holds the lease, a call executed
+    here; both ended. The scheduled run and the call (read again)."""
     scheduled = _scheduled_run(job)
-    worker = on_a_worker_thread(scheduled.pk)
-    wait_for_token(scheduled.pk)
+    worker = worker_holding_its_lease(scheduled.pk)
 
     call = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(log), note="call")))
     execute_run(call.pk, task_id="c", node="n")
     worker.join()
     call.refresh_from_db()
+    return scheduled, call
+
+
+def test_a_call_while_a_scheduled_run_holds_the_lease_is_skipped_naming_it(
+    make_job: MakeJob, published: Published, tmp_path: Path
+) -> None:
+    log = tmp_path / "spans.log"
+    job = make_job("sync", task=SPAN, kwargs={"log": str(log), "note": "slot", "seconds": 2})
+    scheduled, call = _call_while_a_scheduled_run_holds_the_lease(job, log)
     assert call.status == RunStatus.SKIPPED and call.trigger == Trigger.CALL
     assert "lease job:sync held by n:" in call.error and f"run-{scheduled.pk}" in call.error
     assert [note for note, _, _ in _spans(log)] == ["slot"]
@@ -108,14 +114,7 @@ def test_a_call_under_overlap_wait_runs_after_the_scheduled_run(
     log = tmp_path / "spans.log"
     kwargs = {"log": str(log), "note": "slot", "seconds": 1.5}
     job = make_job("sync", task=SPAN, kwargs=kwargs, overlap="wait")
-    scheduled = _scheduled_run(job)
-    worker = on_a_worker_thread(scheduled.pk)
-    wait_for_token(scheduled.pk)
-
-    call = JobRun.objects.get(pk=_run_id(guarded_span.delay(str(log), note="call")))
-    execute_run(call.pk, task_id="c", node="n")
-    worker.join()
-    call.refresh_from_db()
+    scheduled, call = _call_while_a_scheduled_run_holds_the_lease(job, log)
     scheduled.refresh_from_db()
     assert (scheduled.status, call.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
     assert call.fencing_token == scheduled.fencing_token + 1  # type: ignore[operator]
@@ -145,8 +144,7 @@ def test_a_lock_key_from_the_arguments_separates_calls_by_city(
     log = tmp_path / "spans.log"
     make_job("cities", task=CITY, kwargs={"log": str(log), "city": "Oslo"})
     paris = _run_id(guarded_city.delay(str(log), "Paris", seconds=1.5))
-    worker = on_a_worker_thread(paris)
-    wait_for_token(paris)
+    worker = worker_holding_its_lease(paris)
     # Another city runs at once; the same city, by position or by name, finds its lease held.
     lyon = _run_id(guarded_city.delay(str(log), city="Lyon"))
     paris_again = _run_id(guarded_city.delay(log=str(log), city="Paris"))
@@ -179,8 +177,7 @@ def test_raise_on_duplicate_refuses_a_call_while_the_lease_is_held_or_a_call_wai
     first = _run_id(guarded_once.delay(str(log), note="first", seconds=1.5))
     with pytest.raises(DuplicateCall, match=f"run {first} of lock key job:once waits"):
         guarded_once.delay(str(log), note="queued twice")
-    worker = on_a_worker_thread(first)
-    wait_for_token(first)
+    worker = worker_holding_its_lease(first)
     with pytest.raises(DuplicateCall, match="lease job:once is held by n:"):
         guarded_once.delay(str(log), note="while running")
     worker.join()
@@ -278,8 +275,7 @@ def test_a_call_holds_the_lease_for_the_jobs_ttl(
 ) -> None:
     make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)}, lease_ttl=7)
     call = _run_id(guarded_span.delay(str(tmp_path / "spans.log"), seconds=1))
-    worker = on_a_worker_thread(call)
-    wait_for_token(call)
+    worker = worker_holding_its_lease(call)
     held = Lease.objects.get(key="job:sync")
     worker.join()
     assert held.expires_at - held.acquired_at == timedelta(seconds=7)
@@ -329,8 +325,7 @@ def test_under_task_always_eager_a_call_runs_here_under_its_lease(
     assert (run.status, run.lease_key) == (RunStatus.SUCCEEDED, "job:sync")
 
     scheduled = _scheduled_run(Job.objects.get(name="sync"))
-    worker = on_a_worker_thread(scheduled.pk)
-    wait_for_token(scheduled.pk)
+    worker = worker_holding_its_lease(scheduled.pk)
     skipped: Any = guarded_span.delay(str(log), note="while held").result
     worker.join()
     assert skipped["status"] == "skipped" and "lease job:sync held by" in skipped["reason"]

@@ -13,22 +13,20 @@ import itertools
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs import services
-from jobs.audit import Actor
 from jobs.models import ApiToken, Blackout, Job
 from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
+from tests.support.fuzzing import fuzz_settings
+from tests.support.hostile_values import BAD_RECORD_KWARGS, CONTROL
+from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.django_db
 
 TASK = "tests.record"  # registered by tests/support/jobs_under_test.py; takes log and seconds
 
-# Control characters, which no name that is printed or routed may hold (jobs.names), and the
-# NUL, which no text PostgreSQL stores may hold.
-CONTROL = ["\x00", "a\x00b", "a\nb", "a\rb", "\n", "a\u2028b", "a\u2029b", "\x1b[2J", "a\x85b"]
 SCHEDULES = {
     "--every": ["10s", "-5s", "0", "1.5s", "99999999999w", "9" * 5000, "soon"],
     "--cron": [
@@ -61,10 +59,7 @@ OPTIONS = {
         '{"log": "-"}',
         '{"log": "\\u0000"}',
         '{"\\u0000": "-"}',
-        '{"log": "-", "seconds": NaN}',
-        '{"log": "-", "seconds": 1e400}',
-        '{"log": "-", "seconds": ' + "[" * 40 + "]" * 40 + "}",
-        '{"log": "-", "city": "' + "x" * 300 + '"}',
+        *BAD_RECORD_KWARGS,
         "[1]",
         "null",
     ],
@@ -136,17 +131,9 @@ def _names_a_flag(detail: str, argv: list[str]) -> bool:
 
 
 def test_jobs_add_and_run_answer_every_input_with_work_or_one_line_naming_the_flag() -> None:
-    services.create_job(
-        services.JobDefinition(name="existing", task=TASK, schedule=Every(60), kwargs={"log": "-"}),
-        actor=Actor.code("tests"),
-    )
+    new_job("existing", TASK, Every(60), log="-")
 
-    @settings(
-        max_examples=250,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_settings(250)
     @given(argv=st.one_of(add_flags(), RUN_FLAGS))
     def call(argv: list[str]) -> None:
         out, err = io.StringIO(), io.StringIO()
@@ -178,10 +165,7 @@ def test_jobs_add_and_run_answer_every_input_with_work_or_one_line_naming_the_fl
 
 def test_running_a_continuous_job_answers_one_line_naming_it() -> None:
     """Found by the fuzzing above (a job it had just added as continuous, then ran)."""
-    services.create_job(
-        services.JobDefinition(name="poller", task=TASK, schedule=None, kwargs={"log": "-"}),
-        actor=Actor.code("tests"),
-    )
+    new_job("poller", TASK, None, log="-")
     with pytest.raises(CommandError) as info:
         call_command("jobs", "run", "poller", stdout=io.StringIO(), stderr=io.StringIO())
     line = str(info.value)
@@ -207,17 +191,9 @@ def window_and_token_commands(draw: st.DrawFn) -> list[str]:
 
 
 def test_windows_and_tokens_answer_every_input_with_work_or_one_line_naming_the_argument() -> None:
-    services.create_job(
-        services.JobDefinition(name="existing", task=TASK, schedule=Every(60), kwargs={"log": "-"}),
-        actor=Actor.code("tests"),
-    )
+    new_job("existing", TASK, Every(60), log="-")
 
-    @settings(
-        max_examples=150,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_settings(150)
     @given(argv=window_and_token_commands())
     def call(argv: list[str]) -> None:
         out, err = io.StringIO(), io.StringIO()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -103,12 +103,18 @@ def test_windows_and_buckets() -> None:
         assert series.buckets * series.bucket == timedelta(hours=hours)
 
 
+def _first_run_ago(make_job: Callable[..., Job], ago: timedelta) -> tuple[datetime, datetime]:
+    """Now (15 s into a minute), and the slot of an install's first run, a whole minute ``ago``."""
+    now = timezone.now().replace(second=15, microsecond=0)
+    first = now.replace(second=0) - ago
+    JobRun.objects.create(job=make_job("report"), scheduled_for=first)
+    return now, first
+
+
 def test_a_young_install_fills_the_chart_from_its_first_run(
     make_job: Callable[..., Job],
 ) -> None:
-    now = timezone.now().replace(second=15, microsecond=0)
-    first = now.replace(second=0) - timedelta(minutes=25)
-    JobRun.objects.create(job=make_job("report"), scheduled_for=first)
+    now, first = _first_run_ago(make_job, timedelta(minutes=25))
 
     window = dashboard.chart_window(now, 3)
     series = dashboard.runs_per_bucket(now, window)
@@ -148,9 +154,7 @@ def test_the_window_is_never_shorter_than_ten_minutes(make_job: Callable[..., Jo
 def test_an_install_older_than_the_window_gets_the_whole_window(
     make_job: Callable[..., Job],
 ) -> None:
-    now = timezone.now().replace(second=15, microsecond=0)
-    first = now.replace(second=0) - timedelta(hours=5)
-    JobRun.objects.create(job=make_job("report"), scheduled_for=first)
+    now, _ = _first_run_ago(make_job, timedelta(hours=5))
 
     assert dashboard.chart_window(now, 3) == timedelta(hours=3)
     assert dashboard.chart_window(now, 24) == timedelta(minutes=301)

@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
 from django.db import connections
 
-from devtools.services import import_pgserver
 from jobs.guard import lease, lease_keeper
 from jobs.guard.lease_keeper import LeaseKeeper
 from jobs.models import Lease
-from tests.acceptance.conftest import PrivatePostgres
+from tests.support.private_postgres import PrivatePostgres, private_postgres_server
 
 ALIAS = "heartbeat_private"
 APPLICATION = "lease heartbeat test"
@@ -42,24 +37,14 @@ KEY = "job:budget"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PrivatePostgres]:
-    pgserver = import_pgserver()
-    folder = Path(tempfile.mkdtemp(prefix="jobs-pg-heartbeat-"))
-    private = pgserver.get_server(folder / "pg", cleanup_mode="delete")
-    try:
-        private.psql("CREATE DATABASE jobs;")
-        private.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS};")
-        socket_dir = str(private.get_postmaster_info().socket_dir)
-        running = PrivatePostgres(
-            private, f"postgresql://postgres@{quote(socket_dir, safe='')}/jobs"
-        )
+    with private_postgres_server(
+        "jobs-pg-heartbeat-", f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS};"
+    ) as running:
         running.stop()
         running.start()
         with psycopg.connect(running.url, autocommit=True) as conn:
             assert conn.execute("SHOW max_connections").fetchone() == (str(MAX_CONNECTIONS),)
         yield running
-    finally:
-        private.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -129,6 +114,14 @@ def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _connection_of_first_renewal(reader: psycopg.Connection[Any]) -> int:
+    """The server process the heartbeat kept, once it has renewed the lease a first time."""
+    first = _expires_at(reader)
+    _wait_for(lambda: _expires_at(reader) > first, TTL, "the first renewal")
+    (kept,) = _heartbeat_backends(reader)
+    return kept
+
+
 def _started(holder: str = "test:1:run") -> tuple[LeaseKeeper, threading.Event]:
     held = lease.acquire(KEY, holder, TTL, using=ALIAS)
     assert held is not None
@@ -137,6 +130,26 @@ def _started(holder: str = "test:1:run") -> tuple[LeaseKeeper, threading.Event]:
     keeper = LeaseKeeper(held, stopping)
     keeper.start()
     return keeper, stopping
+
+
+@pytest.fixture
+def keeper_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The test's log records, the lease keeper's from INFO up."""
+    caplog.set_level(logging.INFO, logger="jobs.guard.lease_keeper")
+    return caplog
+
+
+@contextlib.contextmanager
+def _renewing(
+    reader: psycopg.Connection[Any],
+) -> Iterator[tuple[LeaseKeeper, threading.Event, int]]:
+    """A keeper started, once it renewed its lease a first time: the keeper, its stop signal and
+    the server process of the connection it kept. Stopped after the block."""
+    keeper, stopping = _started()
+    try:
+        yield keeper, stopping, _connection_of_first_renewal(reader)
+    finally:
+        keeper.stop()
 
 
 @contextlib.contextmanager
@@ -162,15 +175,9 @@ def test_renewals_go_on_while_the_server_refuses_new_connections(
     server: PrivatePostgres,
     heartbeat: lease_keeper._Heartbeat,
     reader: psycopg.Connection[Any],
-    caplog: pytest.LogCaptureFixture,
+    keeper_logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="jobs.guard.lease_keeper")
-    keeper, stopping = _started()
-    try:
-        first = _expires_at(reader)
-        _wait_for(lambda: _expires_at(reader) > first, TTL, "the first renewal")
-        (kept,) = _heartbeat_backends(reader)
-
+    with _renewing(reader) as (keeper, stopping, kept):
         with _server_full(server.url) as refusal:
             assert "too many clients already" in refusal
             seen = [_expires_at(reader)]
@@ -189,10 +196,8 @@ def test_renewals_go_on_while_the_server_refuses_new_connections(
         assert len(seen) >= 3 * TTL / (TTL / 3) - 2, f"renewals while full: {seen}"
         assert not keeper.lost and not stopping.is_set(), keeper.lost_reason
         assert keeper.current.expires_at == _expires_at(reader)
-        problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        problems = [r.getMessage() for r in keeper_logs.records if r.levelno >= logging.WARNING]
         assert problems == []
-    finally:
-        keeper.stop()
     # No run in progress: the heartbeat gives its connection back at once.
     _wait_for(lambda: _heartbeat_backends(reader) == [], 2.0, "the idle heartbeat to disconnect")
 
@@ -200,14 +205,9 @@ def test_renewals_go_on_while_the_server_refuses_new_connections(
 def test_a_broken_kept_connection_is_replaced_at_the_next_renewal(
     heartbeat: lease_keeper._Heartbeat,
     reader: psycopg.Connection[Any],
-    caplog: pytest.LogCaptureFixture,
+    keeper_logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="jobs.guard.lease_keeper")
-    keeper, stopping = _started()
-    try:
-        first = _expires_at(reader)
-        _wait_for(lambda: _expires_at(reader) > first, TTL, "the first renewal")
-        (kept,) = _heartbeat_backends(reader)
+    with _renewing(reader) as (keeper, stopping, kept):
         # As a database restart, a failover or a pooler would: the server ends that session.
         assert reader.execute("SELECT pg_terminate_backend(%s)", [kept]).fetchone() == (True,)
         _wait_for(lambda: _heartbeat_backends(reader) == [], 2.0, "the session to end")
@@ -216,11 +216,9 @@ def test_a_broken_kept_connection_is_replaced_at_the_next_renewal(
         (replacement,) = _heartbeat_backends(reader)
         assert replacement != kept
         assert not keeper.lost and not stopping.is_set(), keeper.lost_reason
-        messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+        messages = [(r.levelno, r.getMessage()) for r in keeper_logs.records]
         assert [m for level, m in messages if level >= logging.WARNING] == []
         assert any("lease heartbeat's connection broke" in m for _, m in messages), messages
-    finally:
-        keeper.stop()
 
 
 def test_the_connection_is_kept_while_a_keeper_runs_and_closed_when_none_does(
@@ -234,9 +232,7 @@ def test_the_connection_is_kept_while_a_keeper_runs_and_closed_when_none_does(
         # busy machine it may have come already: then the lease shows it).
         opened = _heartbeat_backends(reader)
         assert opened == [] or _expires_at(reader) > acquired, "connected before renewing"
-        first = _expires_at(reader)
-        _wait_for(lambda: _expires_at(reader) > first, TTL, "the first renewal")
-        (kept,) = _heartbeat_backends(reader)
+        kept = _connection_of_first_renewal(reader)
         renewed = _expires_at(reader)
         _wait_for(lambda: _expires_at(reader) > renewed, TTL, "a second renewal")
         assert _heartbeat_backends(reader) == [kept]  # between rounds too

@@ -13,7 +13,7 @@ import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from django.urls import URLPattern, URLResolver, get_resolver
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
 
@@ -21,6 +21,7 @@ from jobs.audit import Actor
 from jobs.models import Job, JobRun
 from jobs.web import tokens
 from project.wsgi import application
+from tests.support.fuzzing import fuzz_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -80,12 +81,7 @@ def test_fuzzing_finds_no_server_error_and_no_undocumented_answer(
         for path_parameters in targets:
             strategy = operation.as_strategy(generation_mode=mode, path_parameters=path_parameters)
 
-            @settings(
-                max_examples=EXAMPLES_PER_OPERATION,
-                deadline=None,
-                database=None,
-                suppress_health_check=list(HealthCheck),
-            )
+            @fuzz_settings(EXAMPLES_PER_OPERATION)
             @given(case=strategy)
             def call(case: schemathesis.Case) -> None:
                 # A schema cannot say "soft_time_limit below time_limit": such bodies are

@@ -24,7 +24,7 @@ from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from tests.support.job_factory import new_job
-from tests.support.worker_threads import on_a_worker_thread, wait_for_token
+from tests.support.worker_threads import lease_taken_mid_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -197,13 +197,7 @@ def test_a_plain_task_whose_lease_is_taken_away_is_recorded_lost(tmp_path: Path)
     log = tmp_path / "log"
     job = new_job("slow", APPEND, args=[str(log)], kwargs={"seconds": 2.0}, lease_ttl=3)
     run = _run_for(job)
-    worker = on_a_worker_thread(run.pk)
-    wait_for_token(run.pk)
-    assert lease.force_release(job.lock_key)
-    newer = lease.acquire(job.lock_key, "usurper", 30)
-    assert newer is not None
-    worker.join(timeout=10)
-    assert not worker.is_alive()
+    newer = lease_taken_mid_run(run.pk, job.lock_key)
     run.refresh_from_db()
     # The task finished its work, but its finish was fenced out: not recorded succeeded.
     assert len(_lines(log)) == 1
@@ -214,12 +208,7 @@ def test_a_task_with_ctx_sees_stopping_and_its_fenced_write_is_refused(tmp_path:
     log = tmp_path / "log"
     job = new_job("fenced", FENCED, args=[str(log)], lease_ttl=3)
     run = _run_for(job)
-    worker = on_a_worker_thread(run.pk)
-    wait_for_token(run.pk)
-    assert lease.force_release(job.lock_key)
-    assert lease.acquire(job.lock_key, "usurper", 30) is not None
-    worker.join(timeout=10)
-    assert not worker.is_alive()
+    lease_taken_mid_run(run.pk, job.lock_key)
     assert _lines(log) == ["fenced out"]
     run.refresh_from_db()
     assert run.status == RunStatus.LOST

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -12,7 +11,6 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -25,7 +23,8 @@ from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
 from jobs.web import tokens
 from tests.integration.conftest import Published
-from tests.support.worker_threads import on_a_worker_thread, wait_for_token
+from tests.support.threads_at_once import at_once
+from tests.support.worker_threads import lease_taken_mid_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -170,21 +169,7 @@ def test_concurrent_recoveries_record_each_run_once(
     make_job: Callable[..., Job], published: Published
 ) -> None:
     runs = [_running(make_job(f"job-{i}", on_lost="retry")) for i in range(6)]
-    found: list[list[int]] = []
-    start = threading.Barrier(3)
-
-    def recover() -> None:
-        try:
-            start.wait()
-            found.append(recover_lost_runs(now=_later(60)))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=recover) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    found = at_once(3, lambda: recover_lost_runs(now=_later(60)), timeout=30)
     assert sorted(run_id for ids in found for run_id in ids) == sorted(run.pk for run in runs)
     assert JobRun.objects.filter(trigger=Trigger.RETRY).count() == 6
     assert len(published) == 6
@@ -196,12 +181,7 @@ def test_a_run_whose_lease_is_taken_away_is_lost_and_retried_under_on_lost_retry
     job = make_job(task="tests.wait_for_stop", lease_ttl=3, on_lost="retry")
     run = JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
 
-    worker = on_a_worker_thread(run.pk)
-    wait_for_token(run.pk)
-    assert lease.force_release(job.lock_key)
-    assert lease.acquire(job.lock_key, "usurper", 30) is not None
-    worker.join(timeout=10)
-    assert not worker.is_alive()
+    lease_taken_mid_run(run.pk, job.lock_key)
     run.refresh_from_db()
     assert run.status == RunStatus.LOST
     assert "the lease was lost while the job ran" in run.error

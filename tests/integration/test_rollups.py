@@ -4,17 +4,16 @@ never go down."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from jobs.models import Job, JobRun, RunRollup, RunStatus
 from jobs.upkeep import rollups
 from jobs.upkeep.rollups import DURATION_BUCKETS, LAG_BUCKETS, Histogram
+from tests.support.threads_at_once import at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -149,22 +148,8 @@ def test_concurrent_folders_never_count_a_run_twice(make_job: Callable[..., Job]
         JobRun(job=job, scheduled_for=start + timedelta(seconds=i), status=RunStatus.FAILED)
         for i in range(3000)
     )
-    barrier = threading.Barrier(3)
-    folded: list[int] = []
-
-    def fold() -> None:
-        try:
-            barrier.wait()
-            # No time budget: on a loaded machine one second may end a folder's turn early.
-            folded.append(rollups.fold(budget_seconds=None, batch_size=100))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=fold) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    # No time budget: on a loaded machine one second may end a folder's turn early.
+    folded = at_once(3, lambda: rollups.fold(budget_seconds=None, batch_size=100), timeout=60)
 
     assert sum(folded) == 3000
     assert RunRollup.objects.get(job=job, status=RunStatus.FAILED).count == 3000

@@ -13,7 +13,7 @@ from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus
 from tests.support.job_factory import new_run
-from tests.support.worker_threads import on_a_worker_thread, wait_for_token
+from tests.support.worker_threads import lease_taken_mid_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,13 +82,7 @@ def test_a_run_whose_lease_is_taken_away_is_recorded_lost(make_job: Callable[...
     job = make_job(task="tests.wait_for_stop", lease_ttl=3)
     run = new_run(job)
 
-    worker = on_a_worker_thread(run.pk)
-    wait_for_token(run.pk)
-    assert lease.force_release(job.lock_key)
-    newer = lease.acquire(job.lock_key, "usurper", 30)
-    assert newer is not None
-    worker.join(timeout=10)
-    assert not worker.is_alive()
+    newer = lease_taken_mid_run(run.pk, job.lock_key)
     run.refresh_from_db()
     assert run.status == RunStatus.LOST
     assert newer.token > (run.fencing_token or 0)

@@ -27,23 +27,11 @@ from jobs.models import Job, JobRun, RunStatus, ScheduleChange
 from jobs.schedule.catchup import MAX_MISSED_RECORDED
 from jobs.schedule.kinds import At, Every
 from project.celery import app
+from tests.support.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "tests-beat"
-
-
-class VirtualClock:
-    """A settable clock; ``offset`` shifts what one beat reads, as a skewed node clock would."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def shifted(self, seconds: float) -> Callable[[], datetime]:
-        return lambda: self.now + timedelta(seconds=seconds)
 
 
 @pytest.fixture
@@ -334,32 +322,41 @@ def _insert_cut(monkeypatch: pytest.MonkeyPatch, *, committed: bool) -> Iterator
         monkeypatch.setattr(slot_records, "insert_scheduled", original)
 
 
+@pytest.fixture
+def cut_first_insert(
+    make_job: Callable[..., Job], clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., tuple[Job, ClusterScheduler]]:
+    """A job every 10 s, and a beat whose tick at its slot 10 s on failed, the insert cut
+    (see ``_insert_cut``)."""
+
+    def cut(*, committed: bool) -> tuple[Job, ClusterScheduler]:
+        job = make_job(schedule=Every(10), queue=QUEUE)
+        beat = _beat(clock)
+        with _insert_cut(monkeypatch, committed=committed), pytest.raises(OperationalError):
+            _tick(beat, clock.now + timedelta(seconds=10))
+        return job, beat
+
+    return cut
+
+
 def test_a_failed_insert_loses_no_slot(
-    make_job: Callable[..., Job],
+    cut_first_insert: Callable[..., tuple[Job, ClusterScheduler]],
     redis_broker: redis.Redis,
     clock: VirtualClock,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    job = make_job(schedule=Every(10), queue=QUEUE)
-    beat = _beat(clock)
-    with _insert_cut(monkeypatch, committed=False), pytest.raises(OperationalError):
-        _tick(beat, clock.now + timedelta(seconds=10))
+    job, beat = cut_first_insert(committed=False)
     _tick(beat, clock.now + timedelta(seconds=11))
     assert _slots(job) == [clock.now + timedelta(seconds=10)]
 
 
 def test_an_insert_that_committed_unseen_is_published_when_recorded_again(
-    make_job: Callable[..., Job],
+    cut_first_insert: Callable[..., tuple[Job, ClusterScheduler]],
     redis_broker: redis.Redis,
     clock: VirtualClock,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A broken connection cut the insert's reply after its commit: the next tick's insert
     creates nothing, yet the run goes out now rather than after JOBS_REPUBLISH_AFTER."""
-    job = make_job(schedule=Every(10), queue=QUEUE)
-    beat = _beat(clock)
-    with _insert_cut(monkeypatch, committed=True), pytest.raises(OperationalError):
-        _tick(beat, clock.now + timedelta(seconds=10))
+    job, beat = cut_first_insert(committed=True)
     assert redis_broker.llen(QUEUE) == 0
     _tick(beat, clock.now + timedelta(seconds=11))
     assert _slots(job) == [clock.now + timedelta(seconds=10)]
@@ -369,15 +366,11 @@ def test_an_insert_that_committed_unseen_is_published_when_recorded_again(
 
 
 def test_an_uncertain_slot_another_beat_claimed_meanwhile_is_not_published(
-    make_job: Callable[..., Job],
+    cut_first_insert: Callable[..., tuple[Job, ClusterScheduler]],
     redis_broker: redis.Redis,
     clock: VirtualClock,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    job = make_job(schedule=Every(10), queue=QUEUE)
-    beat = _beat(clock)
-    with _insert_cut(monkeypatch, committed=False), pytest.raises(OperationalError):
-        _tick(beat, clock.now + timedelta(seconds=10))
+    job, beat = cut_first_insert(committed=False)
     other = _beat(clock)  # won the slot and published it; a worker took it
     _tick(other, clock.now + timedelta(seconds=10, milliseconds=5))
     assert redis_broker.llen(QUEUE) == 1

@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.test import override_settings
 from django.utils import timezone
 
 from jobs.audit import Actor, record
@@ -26,6 +25,7 @@ from jobs.models import (
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every, Triggered
 from jobs.web import serializers
+from tests.support.cached_settings import overriding
 
 pytestmark = pytest.mark.django_db
 
@@ -38,18 +38,8 @@ def _shown(job: Job) -> Job:
 
 @pytest.fixture
 def flower_at() -> Iterator[Callable[[str], None]]:
-    overrides: list[override_settings] = []
-
-    def configure(url: str) -> None:
-        override = override_settings(FLOWER_URL=url)
-        override.enable()
-        overrides.append(override)
-        get_ops_conf.cache_clear()
-
-    yield configure
-    for override in overrides:
-        override.disable()
-    get_ops_conf.cache_clear()
+    with overriding(get_ops_conf) as override:
+        yield lambda url: override(FLOWER_URL=url)
 
 
 def test_schedule_words_say_the_schedule(make_job: Callable[..., Job]) -> None:

@@ -22,19 +22,11 @@ from django.db import DatabaseError, connection
 from jobs import job
 from jobs.context import JobContext
 from jobs.exceptions import LeaseLost
-
-
-def _append(path: str, line: str) -> None:
-    # O_APPEND writes of one short line are atomic across processes on Linux.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+from tests.support.append_log import append_line
 
 
 def _event(ctx: JobContext, log: str, event: str) -> None:
-    _append(log, f"{event} {ctx.job_name} {ctx.fencing_token} {os.getpid()} {time.time():.6f}")
+    append_line(log, f"{event} {ctx.job_name} {ctx.fencing_token} {os.getpid()} {time.time():.6f}")
 
 
 def _fenced(ctx: JobContext, log: str, event: str) -> bool:

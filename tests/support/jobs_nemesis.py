@@ -18,15 +18,11 @@ from django.db import DatabaseError, connection
 from jobs import job
 from jobs.context import JobContext
 from jobs.exceptions import LeaseLost
+from tests.support.append_log import append_line
 
 
 def _append(path: str, record: dict[str, object]) -> None:
-    # O_APPEND writes of one short line are atomic across processes on Linux.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
-    finally:
-        os.close(fd)
+    append_line(path, json.dumps(record, separators=(",", ":")))
 
 
 def _line(ctx: JobContext, event: str, **fields: object) -> dict[str, object]:

@@ -9,15 +9,7 @@ import time
 
 from jobs import job
 from jobs.context import JobContext
-
-
-def _append(path: str, line: str) -> None:
-    # O_APPEND writes of one short line are atomic across processes on Linux.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+from tests.support.append_log import append_line
 
 
 @job("tests.record")
@@ -26,7 +18,7 @@ def record(ctx: JobContext, log: str, seconds: float = 0.0) -> str:
     started = time.time()
     if seconds:
         ctx.stopping.wait(seconds)
-    _append(
+    append_line(
         log,
         f"{ctx.run_id} {ctx.scheduled_for.isoformat()} {ctx.fencing_token} {os.getpid()} "
         f"{started:.6f} {time.time():.6f}",
@@ -61,7 +53,7 @@ def by_city(ctx: JobContext, log: str, city: str, seconds: float = 0.0) -> str:
     """One lease per city: a line per execution, like tests.record."""
     started = time.time()
     ctx.stopping.wait(seconds)
-    _append(log, _interval_line(ctx, started, ctx.lease_key))
+    append_line(log, _interval_line(ctx, started, ctx.lease_key))
     return city
 
 
@@ -70,7 +62,7 @@ def by_region(ctx: JobContext, log: str, region: str, seconds: float = 0.0) -> s
     """One lease per region, the key derived by a callable."""
     started = time.time()
     ctx.stopping.wait(seconds)
-    _append(log, _interval_line(ctx, started, ctx.lease_key))
+    append_line(log, _interval_line(ctx, started, ctx.lease_key))
     return region
 
 
@@ -82,7 +74,7 @@ def hold_while(ctx: JobContext, log: str, hold: str, limit: float = 120.0) -> st
     deadline = time.monotonic() + limit
     while os.path.exists(hold) and time.monotonic() < deadline:
         time.sleep(0.05)
-    _append(log, _interval_line(ctx, started))
+    append_line(log, _interval_line(ctx, started))
     return "released"
 
 
@@ -107,16 +99,16 @@ def fenced_write(
                 [ctx.run_id, ctx.fencing_token],
             )
     except LeaseLost:
-        _append(log, _interval_line(ctx, started, "rejected"))
+        append_line(log, _interval_line(ctx, started, "rejected"))
         raise
-    _append(log, _interval_line(ctx, started, "written"))
+    append_line(log, _interval_line(ctx, started, "written"))
     return "written"
 
 
 @job("tests.flaky")
 def flaky(ctx: JobContext, log: str, failures: int) -> str:
     """Raises on its first ``failures`` attempts; a line per attempt."""
-    _append(log, _interval_line(ctx, time.time(), f"attempt={ctx.attempt}"))
+    append_line(log, _interval_line(ctx, time.time(), f"attempt={ctx.attempt}"))
     if ctx.attempt <= failures:
         raise RuntimeError(f"attempt {ctx.attempt} fails on purpose")
     return f"succeeded on attempt {ctx.attempt}"
@@ -125,7 +117,7 @@ def flaky(ctx: JobContext, log: str, failures: int) -> str:
 @job("tests.keyed")
 def keyed(ctx: JobContext, log: str, failures: int) -> None:
     """Writes its idempotency key per attempt; raises on its first ``failures`` attempts."""
-    _append(log, f"{ctx.attempt} {ctx.idempotency_key}")
+    append_line(log, f"{ctx.attempt} {ctx.idempotency_key}")
     if ctx.attempt <= failures:
         raise RuntimeError(f"attempt {ctx.attempt} fails on purpose")
 

@@ -15,15 +15,7 @@ from celery import Task, shared_task
 from jobs.calls import GuardedTask
 from jobs.context import JobContext
 from jobs.exceptions import LeaseLost
-
-
-def _append(path: str, line: str) -> None:
-    # O_APPEND writes of one short line are atomic across processes on Linux.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+from tests.support.append_log import append_line
 
 
 @shared_task
@@ -31,14 +23,14 @@ def append(log: str, note: str = "", seconds: float = 0.0) -> str:
     """Append a line (note, pid, time); optionally work a while first."""
     if seconds:
         time.sleep(seconds)
-    _append(log, f"{note} {os.getpid()} {time.time():.6f}")
+    append_line(log, f"{note} {os.getpid()} {time.time():.6f}")
     return note
 
 
 @shared_task(bind=True)
 def bound(self: Task, log: str, note: str = "") -> str:
     """A ``bind=True`` task: it receives itself first."""
-    _append(log, f"{note} {self.name}")
+    append_line(log, f"{note} {self.name}")
     return self.name
 
 
@@ -52,7 +44,7 @@ def request_headers(self: Task, log: str) -> None:
         "tenant": getattr(request, "tenant", None),
         "headers": request.headers,
     }
-    _append(log, json.dumps(seen, sort_keys=True))
+    append_line(log, json.dumps(seen, sort_keys=True))
 
 
 @shared_task
@@ -60,7 +52,7 @@ def with_ctx(log: str, seconds: float = 0.0, *, ctx: JobContext | None = None) -
     """Asks for the run's context (a keyword-only ``ctx``): waits on ``ctx.stopping``."""
     assert ctx is not None, "the runner gives ctx to a task that declares it"
     stopped = ctx.stopping.wait(seconds) if seconds else False
-    _append(log, f"{ctx.run_id} {ctx.fencing_token} {ctx.lease_key} {stopped}")
+    append_line(log, f"{ctx.run_id} {ctx.fencing_token} {ctx.lease_key} {stopped}")
     return {"run_id": ctx.run_id, "token": ctx.fencing_token, "stopped": stopped}
 
 
@@ -74,7 +66,7 @@ def fenced_write(log: str, seconds: float = 30.0, *, ctx: JobContext) -> str:
             outcome = "written"
     except LeaseLost:
         outcome = "fenced out"
-    _append(log, outcome)
+    append_line(log, outcome)
     return outcome
 
 
@@ -93,7 +85,7 @@ def _span(log: str, note: str, seconds: float) -> str:
     start = time.time()
     if seconds:
         time.sleep(seconds)
-    _append(log, f"{note} {start:.6f} {time.time():.6f} {os.getpid()}")
+    append_line(log, f"{note} {start:.6f} {time.time():.6f} {os.getpid()}")
     return note
 
 
@@ -118,5 +110,5 @@ def guarded_once(log: str, note: str = "", seconds: float = 0.0) -> str:
 @shared_task(base=GuardedTask)
 def guarded_boom(log: str, note: str = "") -> None:
     """Always raises (its retries keep the call's arguments)."""
-    _append(log, note)
+    append_line(log, note)
     raise RuntimeError(f"boom {note}")

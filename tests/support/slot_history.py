@@ -71,6 +71,24 @@ def count_executions(log: Path) -> Counter[int]:
     return Counter(int(line.split()[0]) for line in log.read_text().splitlines() if line)
 
 
+def count_notes(log: Path) -> Counter[str]:
+    """How many lines of the log start with each note (its first word)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return Counter(line.split()[0] for line in lines if line)
+
+
+def wait_runs_finished(jobs: Iterable[Job], timeout: float, what: str) -> None:
+    """Until no run of the jobs is still scheduled or running."""
+    jobs = list(jobs)
+
+    def finished() -> bool:
+        return not JobRun.objects.filter(
+            job__in=jobs, status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING)
+        ).exists()
+
+    wait_for(finished, timeout=timeout, what=what)
+
+
 def runs_in(job: Job, start: datetime, end: datetime) -> list[JobRun]:
     return list(
         JobRun.objects.filter(job=job, scheduled_for__gte=start, scheduled_for__lte=end).order_by(

@@ -7,6 +7,8 @@ import time
 
 from django.db import connection
 
+from jobs.guard import lease
+from jobs.guard.lease import HeldLease
 from jobs.guard.runner import execute_run
 from jobs.models import JobRun
 
@@ -31,3 +33,22 @@ def wait_for_token(run_id: int, timeout: float = 10) -> None:
     while not JobRun.objects.filter(pk=run_id, fencing_token__isnull=False).exists():
         assert time.monotonic() < deadline, "the run never took its lease"
         time.sleep(0.05)
+
+
+def worker_holding_its_lease(run_id: int) -> threading.Thread:
+    """``on_a_worker_thread(run_id)``, once the run has taken its lease."""
+    worker = on_a_worker_thread(run_id)
+    wait_for_token(run_id)
+    return worker
+
+
+def lease_taken_mid_run(run_id: int, lock_key: str) -> HeldLease:
+    """Run ``run_id`` on a worker thread; once it holds its lease, release it (as an operator
+    would) and let another holder take it; wait for the worker to end. The new holder's lease."""
+    worker = worker_holding_its_lease(run_id)
+    assert lease.force_release(lock_key)
+    newer = lease.acquire(lock_key, "usurper", 30)
+    assert newer is not None
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    return newer
