@@ -53,6 +53,8 @@ from jobs import job
 ROOT = Path(__file__).resolve().parents[1]
 LAG_JOBS = 50
 LAG_SECONDS = 30
+# What each beat logs after a tick (jobs.beat.scheduler): the slots it recorded itself.
+CREATED_HERE = r"beat fired \d+ slot\(s\): (\d+) created here"
 
 
 # --- the functions the bench's workers run (they import this module through JOBS_MODULES) ----
@@ -341,12 +343,16 @@ def measure_dispatch_with_beats(
         elapsed = (timezone.now() - anchor).total_seconds()
         assert JobRun.objects.filter(scheduled_for=anchor).count() == count
         assert broker.llen(queue) == count
-        shares = []
-        for n in range(beats):
-            found = re.findall(
-                r"beat fired \d+ slot\(s\): (\d+) created here", processes.log(f"dispatch-beat-{n}")
-            )
-            shares.append(sum(int(x) for x in found))
+
+        def shares_logged() -> list[int]:
+            return [
+                sum(int(x) for x in re.findall(CREATED_HERE, processes.log(f"dispatch-beat-{n}")))
+                for n in range(beats)
+            ]
+
+        # A beat logs its share once its tick ends, after the messages are out: wait for it.
+        wait_until(lambda: sum(shares_logged()) == count, 30, "each beat's share logged")
+        shares = shares_logged()
     finally:
         processes.stop_all()
         broker.delete(queue)
