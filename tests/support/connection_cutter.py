@@ -14,10 +14,11 @@ packets; on ``heal()`` what was held back is delivered, as TCP retransmits it.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 from dataclasses import dataclass
+
+from tests.support.tcp_proxy import TcpProxy, shut
 
 # The server's ReadyForQuery message (type Z, length 5) ends every answer, then a status byte.
 _READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
@@ -29,19 +30,16 @@ class _Armed:
     after_commit: bool
 
 
-class ConnectionCutter:
+class ConnectionCutter(TcpProxy):
     def __init__(self, upstream: str | tuple[str, int]) -> None:
         """``upstream``: the server's (host, port), or the path of its Unix socket."""
         self._upstream = upstream
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._armed: _Armed | None = None
         self.cuts = 0
-        self._closed = threading.Event()
         self._flowing = threading.Event()
         self._flowing.set()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
     def cut(self, marker: str, *, after_commit: bool) -> None:
         with self._lock:
@@ -56,26 +54,13 @@ class ConnectionCutter:
 
     def close(self) -> None:
         self._flowing.set()
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
-        with contextlib.suppress(OSError):
-            self._listener.close()
+        super().close()
 
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                server = self._connect_upstream()
-            except OSError:  # the server is gone (stopped first at a test's end): as a refusal
-                client.close()
-                continue
-            _Pair(self, client, server).start()
+    def _carry(self, client: socket.socket, server: socket.socket) -> None:
+        _Pair(self, client, server).start()
 
-    def _connect_upstream(self) -> socket.socket:
+    def _connect(self, client: socket.socket) -> socket.socket:
+        # An OSError (the server is gone: stopped first at a test's end) refuses the client.
         if isinstance(self._upstream, str):
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             server.connect(self._upstream)
@@ -166,8 +151,5 @@ class _Pair:
         return True
 
     def _close(self) -> None:
-        for sock in (self._client, self._server):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
+        shut(self._client)
+        shut(self._server)

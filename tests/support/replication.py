@@ -31,6 +31,8 @@ from typing import Any
 
 import psycopg
 
+from tests.support.tcp_proxy import TcpProxy, shut
+
 BINARIES_GLOB = "/usr/lib/postgresql/*/bin"
 RUN_AS = "postgres"
 START_TIMEOUT = 60
@@ -58,55 +60,44 @@ def server_binaries() -> Path:
 _TOOLS = ("initdb", "pg_ctl", "pg_basebackup", "postgres")
 
 
-class Relay:
+class Relay(TcpProxy):
     """A TCP relay on a free port of 127.0.0.1 to ``127.0.0.1:<target>``; ``point_at`` moves it
     (cutting every connection it carries), ``point_at(None)`` refuses every connection."""
 
     def __init__(self, target: int | None) -> None:
         self._target = target
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
-        self._closed = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
     def point_at(self, target: int | None) -> None:
         with self._lock:
             self._target = target
             cut, self._open = self._open, set()
         for sock in cut:
-            _shut(sock)
+            shut(sock)
 
     def close(self) -> None:
-        self._closed.set()
-        _shut(self._listener)
+        super().close()
         self.point_at(None)
 
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                target = self._target
-            try:
-                if target is None:
-                    raise OSError("refused")
-                server = socket.create_connection(("127.0.0.1", target), timeout=5)
-                server.settimeout(None)
-            except OSError:
-                _shut(client)
-                continue
-            with self._lock:
-                if self._target != target:  # moved meanwhile
-                    _shut(client)
-                    _shut(server)
-                    continue
-                self._open.update((client, server))
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+    def _connect(self, client: socket.socket) -> socket.socket:
+        with self._lock:
+            target = self._target
+        if target is None:
+            raise OSError("refused")
+        server = socket.create_connection(("127.0.0.1", target), timeout=5)
+        server.settimeout(None)
+        with self._lock:
+            if self._target != target:  # moved meanwhile
+                shut(server)
+                raise OSError("moved")
+            self._open.update((client, server))
+        return server
+
+    def _carry(self, client: socket.socket, server: socket.socket) -> None:
+        for source, sink in ((client, server), (server, client)):
+            threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         while True:
@@ -120,15 +111,8 @@ class Relay:
         with self._lock:
             self._open.discard(source)
             self._open.discard(sink)
-        _shut(source)
-        _shut(sink)
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(OSError):
-        sock.close()
+        shut(source)
+        shut(sink)
 
 
 @dataclass
