@@ -265,9 +265,9 @@ def job(
     if sum(x is not None for x in (every, cron)) + continuous > 1:
         raise TypeError(f"@job({name!r}): give at most one of every=, cron=, continuous=True")
     declares_job = every is not None or cron is not None or continuous
-    if declares_job and job_name_problems(name):
-        # The job it declares could not be saved (jobs.names).
-        raise TypeError(f"@job({name!r}): {' '.join(job_name_problems(name))}")
+    problems = job_name_problems(name) if declares_job else []
+    if problems:  # the job it declares could not be saved (jobs.names)
+        raise TypeError(f"@job({name!r}): {' '.join(problems)}")
     step_seconds = None if step_every is None else parse_duration(step_every).total_seconds()
     if step_seconds is not None and step_seconds <= 0:
         raise TypeError(f"@job({name!r}): step_every must be positive")

@@ -199,11 +199,11 @@ def _job_for(entry: PeriodicTask) -> Job:
         )
     # A row's name a job cannot have (a slash, a space at an end) is carried as Celery's entry
     # keys are, rather than refused.
-    name = job_name_for(entry.name)
-    if Job.objects.filter(name=name).exists():
-        raise NotAdoptable(_name_taken(name))
+    job_name = job_name_for(entry.name)
+    if Job.objects.filter(name=job_name).exists():
+        raise NotAdoptable(_name_taken(job_name))
     _check_schedule(entry)
-    job = Job(name=name, kind=JobKind.PERIODIC, adopted=True, periodic_task=entry)
+    job = Job(name=job_name, kind=JobKind.PERIODIC, adopted=True, periodic_task=entry)
     for name, value in _carried(entry).items():
         setattr(job, name, value)
     from jobs.services import validate_job
