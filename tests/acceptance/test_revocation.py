@@ -4,7 +4,7 @@ A run revoked while its message waits in the queue is recorded ``cancelled`` at 
 runs, and maintenance neither re-publishes it nor records it ``missed``; a run revoked with
 terminate while it runs is recorded ``cancelled`` within a couple of seconds, its lease given
 back (the job's next run runs, not skipped behind a lease held for its ttl) and its token no
-longer valid. Both leave an audit entry."""
+longer valid. Both leave an audit entry. On Redis and on RabbitMQ."""
 
 from __future__ import annotations
 
@@ -15,19 +15,26 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from celery import current_app
 from django.db import connection, transaction
 
-from jobs import services
 from jobs.audit import Actor
 from jobs.exceptions import LeaseLost
 from jobs.guard import lease
-from jobs.messages import task_id_for
-from jobs.models import AuditAction, AuditEntry, AuditSource, Job, JobRun, Lease, RunStatus
+from jobs.messages import publish, task_id_for
+from jobs.models import (
+    AuditAction,
+    AuditEntry,
+    AuditSource,
+    Job,
+    JobRun,
+    Lease,
+    RunStatus,
+    Trigger,
+)
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job
 from jobs.upkeep import maintenance
-from tests.acceptance.conftest import ROOT, Cluster, wait_for
+from tests.acceptance.conftest import ROOT, Broker, Cluster, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -48,6 +55,16 @@ def _job(cluster: Cluster, name: str, task: str, **kwargs: object) -> Job:
         ),
         actor=Actor.code("tests"),
     )
+
+
+def _send(broker: Broker, job: Job) -> JobRun:
+    """A run of ``job`` now, its message sent to the test's broker (the test process's own
+    Celery app points at the suite's Redis). Left unstamped as sent, as a run whose beat died
+    before stamping it: a maintenance pass re-publishes such a run as soon as it is asked to."""
+    run = JobRun.objects.create(job=job, scheduled_for=_db_now(), trigger=Trigger.MANUAL)
+    with broker.producer() as producer:
+        publish(job, run.pk, run.scheduled_for, producer=producer)
+    return run
 
 
 def _status(run: JobRun) -> str:
@@ -80,8 +97,9 @@ def _cancel_entry(run: JobRun) -> AuditEntry:
 
 
 def test_a_queued_run_revoked_is_cancelled_never_runs_and_is_not_republished(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, broker: Broker, tmp_path: Path
 ) -> None:
+    cluster.use_broker(broker.url)
     hold = tmp_path / "hold"
     hold.touch()
     log = tmp_path / "executions.log"
@@ -91,9 +109,9 @@ def test_a_queued_run_revoked_is_cancelled_never_runs_and_is_not_republished(
     cluster.start_worker("worker", concurrency=1)
     cluster.wait_ready("worker", timeout=90)
 
-    busy = services.run_now(blocker.name, actor=Actor.code("tests"))
+    busy = _send(broker, blocker)
     wait_for(lambda: _status(busy) == RunStatus.RUNNING, timeout=30, what="the blocker running")
-    queued = services.run_now(target.name, actor=Actor.code("tests"))  # behind the blocker
+    queued = _send(broker, target)  # behind the blocker
 
     revoked = _celery(cluster, "control", "revoke", task_id_for(queued.pk))
     assert revoked.returncode == 0, revoked.stdout + revoked.stderr
@@ -117,20 +135,21 @@ def test_a_queued_run_revoked_is_cancelled_never_runs_and_is_not_republished(
     )
     wait_for(lambda: _status(busy) == RunStatus.SUCCEEDED, timeout=30, what="the blocker done")
 
-    # A maintenance pass past the run's start deadline, re-publishing anything scheduled at
-    # once: a run still scheduled would be re-published or recorded missed. This one is neither.
-    dispatched_at = JobRun.objects.values_list("dispatched_at", flat=True).get(pk=queued.pk)
+    # A maintenance pass past the run's start deadline, re-publishing at once what was never
+    # stamped sent: a run still scheduled would be recorded missed (or, within its deadline,
+    # re-published). This one is neither.
     wait_for(
         lambda: (_db_now() - queued.scheduled_for).total_seconds() > START_DEADLINE,
         timeout=START_DEADLINE + 5,
         what="the run's start deadline passed",
     )
-    report = maintenance.run_pass(holder="tests", republish_after=0)
+    with broker.producer() as producer:
+        report = maintenance.run_pass(holder="tests", republish_after=0, producer=producer)
     assert report is not None
     assert (report.expired, report.republished) == (0, 0), report
     run = JobRun.objects.get(pk=queued.pk)
     assert run.status == RunStatus.CANCELLED
-    assert run.dispatched_at == dispatched_at  # not taken for re-publishing
+    assert run.dispatched_at is None  # not taken for re-publishing
     assert run.error == "revoked: celery control revoke cancelled it before it started"
     assert run.started_at is None and run.fencing_token is None
     assert not log.exists(), log.read_text()  # the job's function never ran
@@ -145,8 +164,9 @@ def test_a_queued_run_revoked_is_cancelled_never_runs_and_is_not_republished(
 
 
 def test_a_running_run_revoked_with_terminate_is_cancelled_and_frees_its_lease(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, broker: Broker, tmp_path: Path
 ) -> None:
+    cluster.use_broker(broker.url)
     hold = tmp_path / "hold"
     hold.touch()
     log = tmp_path / "executions.log"
@@ -155,13 +175,17 @@ def test_a_running_run_revoked_with_terminate_is_cancelled_and_frees_its_lease(
     cluster.start_worker("worker", concurrency=2)
     cluster.wait_ready("worker", timeout=90)
 
-    first = services.run_now(job.name, actor=Actor.code("tests"))
+    first = _send(broker, job)
     wait_for(lambda: _status(first) == RunStatus.RUNNING, timeout=30, what="the run running")
     running = JobRun.objects.get(pk=first.pk)
     token, pid = running.fencing_token, running.pid
     assert token is not None and pid is not None
 
-    current_app.control.revoke(task_id_for(first.pk), terminate=True)
+    # As an operator stops it (app.control.revoke(..., terminate=True) sends the same
+    # command; from this process it would go to the suite's broker, Celery's mailbox
+    # publishing through the app's own producer pool).
+    terminated = _celery(cluster, "control", "terminate", "SIGTERM", task_id_for(first.pk))
+    assert terminated.returncode == 0, terminated.stdout + terminated.stderr
     wait_for(
         lambda: _status(first) == RunStatus.CANCELLED,
         timeout=RECORDED_WITHIN,
@@ -189,7 +213,7 @@ def test_a_running_run_revoked_with_terminate_is_cancelled_and_frees_its_lease(
 
     wait_for(gone, timeout=10, what="the terminated pool process gone")
     hold.unlink()
-    second = services.run_now(job.name, actor=Actor.code("tests"))
+    second = _send(broker, job)
     wait_for(
         lambda: _status(second) not in (RunStatus.SCHEDULED, RunStatus.RUNNING),
         timeout=30,
