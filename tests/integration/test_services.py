@@ -271,6 +271,15 @@ def test_a_running_run_is_cancelled_only_when_its_process_was_stopped() -> None:
     assert lease.acquire(job.lock_key, "next", 30) is not None
 
 
+def test_a_running_run_still_waiting_for_its_lease_is_cancelled_without_one() -> None:
+    run = _run(new_job("report", log="/dev/null", overlap="wait"))
+    claim = run_records.claim(run.pk, node="node-x", pid=1, task_id="t")  # no lease taken
+    assert claim is not None and claim.lease is None
+    cancelled = services.cancel_run(run.pk, actor=OPERATOR, reason=REVOKED, running=True)
+    assert cancelled is not None and cancelled.status == RunStatus.CANCELLED
+    assert cancelled.fencing_token is None
+
+
 def test_a_cancel_racing_the_runs_own_finish_leaves_one_outcome() -> None:
     job = new_job("report", log="/dev/null")
     first, first_token = _claimed_run(job)
