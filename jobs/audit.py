@@ -64,6 +64,12 @@ class Actor:
         """Python code calling the services itself (declared jobs synced, scripts, tests)."""
         return cls("code", what, AuditSource.CODE)
 
+    @classmethod
+    def celery_control(cls, command: str) -> Actor:
+        """A Celery remote-control command (``celery control revoke``): its message does not
+        say who sent it."""
+        return cls("celery", command, AuditSource.CELERY)
+
 
 def _os_user() -> str:
     try:

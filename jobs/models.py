@@ -986,6 +986,7 @@ class AuditAction(models.TextChoices):
     PRUNE = "prune"
     TOKEN_CREATE = "token_create"
     TOKEN_REVOKE = "token_revoke"
+    CANCEL = "cancel"
 
 
 class AuditSource(models.TextChoices):
@@ -993,6 +994,7 @@ class AuditSource(models.TextChoices):
     API = "api", "API"
     CLI = "cli", "CLI"
     CODE = "code", "code"
+    CELERY = "celery", "Celery control"
 
 
 class AuditEntry(models.Model):

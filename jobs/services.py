@@ -21,7 +21,7 @@ from jobs.beat import entries
 from jobs.database_clock import database_now
 from jobs.dispatch import request_digest, trigger_now, trigger_once
 from jobs.exceptions import BadLockKey, BlackoutNotFound, JobNotFound
-from jobs.guard import lease
+from jobs.guard import lease, run_records
 from jobs.guard.runner import lock_key_for
 from jobs.models import (
     JOB_DISPLAY_RELATED,
@@ -32,6 +32,7 @@ from jobs.models import (
     JobKind,
     JobRun,
     Lease,
+    RunStatus,
     Trigger,
 )
 from jobs.registry import POLICY_FIELDS
@@ -495,6 +496,56 @@ def release_lease(name: str, *, actor: Actor) -> bool:
             actor, AuditAction.RELEASE_LEASE, job=job, target=key, before=before, after=after
         )
     return released
+
+
+@transaction.atomic
+def cancel_run(
+    run_id: int, *, actor: Actor, reason: str, running: bool = False, **noted: Any
+) -> JobRun | None:
+    """Record run ``run_id`` cancelled, saying ``reason``: a run no worker claimed yet never
+    starts; with ``running`` (its process was stopped), a running run too, its lease given back
+    with its own token, so its late finish and fenced writes are refused. ``None``, recording
+    nothing, when it was neither (it ended meanwhile, or it is a continuous tenure). ``noted``
+    goes into the audit entry."""
+    run = JobRun.objects.select_related("job").filter(pk=run_id).first()
+    if run is None or run.trigger == Trigger.CONTINUOUS:
+        return None
+    before = run.status
+    if before == RunStatus.SCHEDULED:
+        cancelled = run_records.cancel_scheduled(run_id, error=reason)
+    elif before == RunStatus.RUNNING and running:
+        cancelled = _cancel_running(run, reason)
+    else:
+        return None
+    if not cancelled:
+        return None  # its worker (or maintenance) recorded it first: that outcome stands
+    run.refresh_from_db()
+    audit.record(
+        actor,
+        AuditAction.CANCEL,
+        job=run.job,
+        target=f"run:{run_id}",
+        before={"status": before},
+        after={"status": run.status, "error": reason, **noted},
+    )
+    return run
+
+
+def _cancel_running(run: JobRun, reason: str) -> bool:
+    # The same fenced finish as the run's own (guard/run_records), so whichever comes first is
+    # the one outcome; a lease that had already lapsed makes it lost, not cancelled.
+    if run.fencing_token is None:
+        finished = run_records.finish_unleased(run.pk, status=RunStatus.CANCELLED, error=reason)
+    else:
+        finished = run_records.finish_fenced(
+            run.pk,
+            key=run.lease_key,
+            token=run.fencing_token,
+            status=RunStatus.CANCELLED,
+            error=reason,
+            min_hold=run.job.min_hold,
+        )
+    return finished.status == RunStatus.CANCELLED
 
 
 def _holder(held: Lease, *, live: bool) -> dict[str, Any]:

@@ -13,7 +13,9 @@ the worker's main process only (never in pool processes, beats or web processes)
   their leases and the node to be marked stopped;
 - ``task_failure`` with Celery's ``TimeLimitExceeded`` (sent by the main process when the pool
   kills a run at its hard time limit): record the run failed and release its lease
-  (``jobs.guard.hard_limit``).
+  (``jobs.guard.hard_limit``);
+- ``worker_init`` and ``task_revoked``: ``celery control revoke`` records the run cancelled
+  (``jobs.guard.revocation``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from jobs.alerts.sender import AlertSender
 from jobs.conf import get_conf, get_ops_conf
 from jobs.continuous.nodes import NodeHeartbeat, NodeInfo
 from jobs.continuous.supervisor import SHUTDOWN_GRACE, Supervisor
-from jobs.guard import hard_limit, shutdown_notice
+from jobs.guard import hard_limit, revocation, shutdown_notice
 from jobs.guard.runner import refuse_unknown_task
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,12 @@ def connect_worker_signals() -> None:
     signals.worker_shutdown.connect(_on_shutdown, weak=False, dispatch_uid="jobs.node.shutdown")
     signals.task_failure.connect(
         hard_limit.on_task_failure, weak=False, dispatch_uid="jobs.guard.hard_limit"
+    )
+    signals.worker_init.connect(
+        revocation.install_revoke_command, weak=False, dispatch_uid="jobs.guard.revocation.command"
+    )
+    signals.task_revoked.connect(
+        revocation.on_task_revoked, weak=False, dispatch_uid="jobs.guard.revocation.revoked"
     )
 
 

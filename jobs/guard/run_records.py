@@ -321,6 +321,23 @@ UPDATE jobs_jobrun SET status = 'failed', node = %(node)s, finished_at = now(), 
 """
 
 
+# A run an operator cancelled before any worker claimed it (jobs.guard.revocation): never to
+# start, so maintenance, which looks after scheduled runs only, neither re-publishes it nor
+# records it missed; a claim that comes later finds it no longer scheduled. A continuous
+# tenure is never scheduled.
+_CANCEL_SCHEDULED = """
+UPDATE jobs_jobrun SET status = 'cancelled', finished_at = now(), error = %(error)s
+ WHERE id = %(run_id)s AND status IS NOT DISTINCT FROM 'scheduled'
+"""
+
+
+def cancel_scheduled(run_id: int, *, error: str) -> bool:
+    """Record run ``run_id`` cancelled with ``error`` if no worker claimed it; whether it was."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CANCEL_SCHEDULED, {"run_id": run_id, "error": error})
+        return cursor.rowcount == 1
+
+
 def fail_unclaimed(run_id: int, *, node: str, error: str) -> bool:
     """Record run ``run_id`` failed with ``error`` without running it; whether it was."""
     with connection.cursor() as cursor:

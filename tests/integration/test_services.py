@@ -8,14 +8,24 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from jobs import services
 from jobs.audit import Actor
-from jobs.exceptions import BlackoutNotFound, IdempotencyKeyReused, JobNotFound
-from jobs.guard import lease
-from jobs.models import AuditAction, AuditEntry, Blackout, Job, JobKind, JobRun, Trigger
+from jobs.exceptions import BlackoutNotFound, IdempotencyKeyReused, JobNotFound, LeaseLost
+from jobs.guard import lease, run_records
+from jobs.models import (
+    AuditAction,
+    AuditEntry,
+    Blackout,
+    Job,
+    JobKind,
+    JobRun,
+    RunStatus,
+    Trigger,
+)
 from jobs.schedule.kinds import At, Every, Triggered
 from tests.integration.conftest import Published
 from tests.support.job_factory import new_job
@@ -213,3 +223,95 @@ def test_releasing_a_lease_records_its_holder_and_the_token_still_grows() -> Non
     assert _audit(AuditAction.RELEASE_LEASE)[-1].before == {"live": False}
     taken = lease.acquire(job.lock_key, "worker@b:2:run-6", 60)
     assert taken is not None and taken.token == 2
+
+
+# --- a run cancelled (celery control revoke: jobs.guard.revocation) --------------------------
+
+REVOKED = "revoked: tests"
+
+
+def _run(job: Job) -> JobRun:
+    return JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.MANUAL)
+
+
+def _claimed_run(job: Job) -> tuple[JobRun, int]:
+    """A run claimed with its lease, and its token."""
+    run = _run(job)
+    claim = run_records.claim(run.pk, node="node-x", pid=1, task_id="t", holder="node-x:1:run")
+    assert claim is not None and claim.lease is not None
+    run.refresh_from_db()
+    return run, claim.lease.token
+
+
+def test_a_scheduled_run_cancelled_is_never_claimed_and_the_cancel_audited() -> None:
+    run = _run(new_job("report", log="/dev/null"))
+    cancelled = services.cancel_run(run.pk, actor=OPERATOR, reason=REVOKED, node="w@h")
+    assert cancelled is not None and cancelled.status == RunStatus.CANCELLED
+    assert cancelled.error == REVOKED and cancelled.finished_at is not None
+    assert run_records.claim(run.pk, node="n", pid=1, task_id="t") is None  # a late delivery
+    (entry,) = _audit(AuditAction.CANCEL)
+    assert (entry.target, entry.actor) == (f"run:{run.pk}", "code:tests")
+    assert entry.before == {"status": "scheduled"}
+    assert entry.after == {"status": "cancelled", "error": REVOKED, "node": "w@h"}
+    # Once: a second revoke (another worker's, a later delivery's) records nothing.
+    assert services.cancel_run(run.pk, actor=OPERATOR, reason=REVOKED) is None
+    assert len(_audit(AuditAction.CANCEL)) == 1
+
+
+def test_a_running_run_is_cancelled_only_when_its_process_was_stopped() -> None:
+    job = new_job("report", log="/dev/null")
+    run, token = _claimed_run(job)
+    assert services.cancel_run(run.pk, actor=OPERATOR, reason=REVOKED) is None  # runs on
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
+    cancelled = services.cancel_run(run.pk, actor=OPERATOR, reason=REVOKED, running=True)
+    assert cancelled is not None and cancelled.status == RunStatus.CANCELLED
+    # Its lease given back with its token: the token can write no more, the next run takes it.
+    with pytest.raises(LeaseLost), transaction.atomic():
+        lease.verify_held(job.lock_key, token)
+    assert lease.acquire(job.lock_key, "next", 30) is not None
+
+
+def test_a_running_run_still_waiting_for_its_lease_is_cancelled_without_one() -> None:
+    run = _run(new_job("report", log="/dev/null", overlap="wait"))
+    claim = run_records.claim(run.pk, node="node-x", pid=1, task_id="t")  # no lease taken
+    assert claim is not None and claim.lease is None
+    cancelled = services.cancel_run(run.pk, actor=OPERATOR, reason=REVOKED, running=True)
+    assert cancelled is not None and cancelled.status == RunStatus.CANCELLED
+    assert cancelled.fencing_token is None
+
+
+def test_a_cancel_racing_the_runs_own_finish_leaves_one_outcome() -> None:
+    job = new_job("report", log="/dev/null")
+    first, first_token = _claimed_run(job)
+    services.cancel_run(first.pk, actor=OPERATOR, reason=REVOKED, running=True)
+    late = run_records.finish_fenced(
+        first.pk, key=job.lock_key, token=first_token, status=RunStatus.SUCCEEDED
+    )
+    assert late.status is None  # the killed run's finish, had it come, is refused
+    assert JobRun.objects.get(pk=first.pk).status == RunStatus.CANCELLED
+
+    second, second_token = _claimed_run(job)
+    run_records.finish_fenced(
+        second.pk, key=job.lock_key, token=second_token, status=RunStatus.SUCCEEDED
+    )
+    assert services.cancel_run(second.pk, actor=OPERATOR, reason=REVOKED, running=True) is None
+    assert JobRun.objects.get(pk=second.pk).status == RunStatus.SUCCEEDED
+    assert [entry.target for entry in _audit(AuditAction.CANCEL)] == [f"run:{first.pk}"]
+
+
+def test_a_cancel_after_the_lease_lapsed_records_the_run_lost_not_cancelled() -> None:
+    job = new_job("report", log="/dev/null")
+    run, _token = _claimed_run(job)
+    lease.force_release(job.lock_key)
+    assert services.cancel_run(run.pk, actor=OPERATOR, reason=REVOKED, running=True) is None
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.LOST
+    assert _audit(AuditAction.CANCEL) == []
+
+
+def test_a_continuous_tenure_is_not_cancelled_by_a_revoke() -> None:
+    job = new_job("poller", schedule=None, log="/dev/null")
+    tenure = JobRun.objects.create(
+        job=job, scheduled_for=timezone.now(), trigger=Trigger.CONTINUOUS, status=RunStatus.RUNNING
+    )
+    assert services.cancel_run(tenure.pk, actor=OPERATOR, reason=REVOKED, running=True) is None
+    assert JobRun.objects.get(pk=tenure.pk).status == RunStatus.RUNNING
