@@ -52,6 +52,13 @@ FIELD_FLAGS: dict[str, str] = {
     "kwargs": "--kwargs",
     "after": "--after",
     "run_at": "--at",
+    "every": "--every",
+    "cron": "--cron",
+    "tz": "--tz",
+    "at": "--at",
+    "continuous": "--continuous",
+    "triggered": "--triggered",
+    "paused": "--paused",
     **{field: policy_flag(field) for field in POLICY_FIELDS},
 }
 

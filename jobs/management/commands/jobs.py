@@ -43,7 +43,7 @@ from jobs.models import (
     RunStatus,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import At, Cron, Definition, Triggered, describe
+from jobs.schedule.kinds import describe
 from jobs.web import serializers
 from jobs.web.serializers import duration_words, schedule_words
 
@@ -349,21 +349,15 @@ class Command(BaseCommand):
             raise cli.CliError(verb, str(exc), returncode=cli.RUNTIME) from None
 
     def _verb_add(self, options: dict[str, Any]) -> None:
-        schedule = _schedule(options)
-        definition = services.JobDefinition(
-            name=options["name"],
-            task=options["task"],
-            schedule=schedule,
-            args=[] if options["job_args"] is None else options["job_args"],
-            kwargs={} if options["job_kwargs"] is None else options["job_kwargs"],
-            enabled=not options["paused"],
-            policies={f: options[f] for f in POLICY_FIELDS if options[f] is not None},
-            after=options["after"],
-        )
+        # The API's POST /api/jobs reads the same names through the same services.
+        values = {name: options[name] for name in services.DEFINITION_FIELDS if name in options}
+        values.update(args=options["job_args"], kwargs=options["job_kwargs"])
+        values.update({name: options[name] for name in POLICY_FIELDS})
         with cli.validated("add"):
+            definition = services.definition_from(values)
             job = services.create_job(definition, actor=Actor.cli())
         state = "" if job.enabled else ", paused"
-        self.stdout.write(f"added job {job.name}: {describe(schedule)}{state}")
+        self.stdout.write(f"added job {job.name}: {describe(definition.schedule)}{state}")
 
     def _verb_list(self, options: dict[str, Any]) -> None:
         jobs = list(
@@ -691,25 +685,6 @@ class Command(BaseCommand):
 
     def _table(self, headers: tuple[str, ...], rows: list[tuple[Any, ...]], what: str) -> None:
         self.stdout.write(cli.table(headers, rows) if rows else f"no {what}")
-
-
-def _schedule(options: dict[str, Any]) -> Definition | None:
-    """The one schedule flag given (argparse enforces exactly one); ``None`` is continuous."""
-    if options["tz"] is not None and options["cron"] is None:
-        raise cli.CliError("add", "--tz: only applies to --cron")
-    if options["every"] is not None:
-        return options["every"]  # already an Every
-    if options["cron"] is not None:
-        try:
-            # Each flag was checked alone; whether the cron fires is judged in its time zone.
-            return Cron(expr=options["cron"], tz=options["tz"] or "UTC")
-        except ValueError as exc:
-            raise cli.CliError("add", f"--cron: {exc}") from None
-    if options["at"] is not None:
-        return At(when=options["at"])
-    if options["triggered"]:
-        return Triggered()
-    return None
 
 
 def _state(job: Job) -> str:
