@@ -18,7 +18,7 @@ from pytest_django import DjangoCaptureOnCommitCallbacks
 from jobs import cli, messages
 from jobs.guard import lease
 from jobs.guard.runner import execute_run
-from jobs.models import Job, JobRun
+from jobs.models import Job, JobRun, Node
 from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
 
 # --- add: one schedule of each kind -------------------------------------------------------
@@ -280,6 +280,20 @@ def test_run_says_what_became_of_a_run_a_worker_settled_at_once(
     started = time.monotonic()
     assert jobs("run", "nightly", "--wait", "0") == f"{second.pk + 1}\n", "no wait: the id"
     assert time.monotonic() - started < 1
+
+
+@pytest.mark.django_db
+def test_run_waits_only_for_a_live_node_that_serves_the_queue() -> None:
+    now = timezone.now()
+    stale = now - timedelta(hours=1)
+    Node.objects.create(name="old@h", host="h", pid=1, started_at=stale, last_heartbeat=stale,
+                        queues=["reports"])  # fmt: skip
+    Node.objects.create(name="w1@h", host="h", pid=2, started_at=now, last_heartbeat=now,
+                        queues=["default", "other"])  # fmt: skip
+
+    assert cli.a_worker_serves("default")
+    assert not cli.a_worker_serves("reports"), "its only node is dead"
+    assert not cli.a_worker_serves("nowhere")
 
 
 @pytest.mark.django_db
