@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -21,7 +22,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
 from jobs import jsonvalues
-from jobs.models import LIVE_LEASE, Incident, Job, JobRun, Lease, Node
+from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.models import LIVE_LEASE, Incident, Job, JobRun, Lease, Node, RunStatus
 from jobs.registry import POLICY_FIELDS, JobSpec
 from jobs.schedule.kinds import (
     describe,
@@ -52,6 +54,13 @@ FIELD_FLAGS: dict[str, str] = {
     "kwargs": "--kwargs",
     "after": "--after",
     "run_at": "--at",
+    "every": "--every",
+    "cron": "--cron",
+    "tz": "--tz",
+    "at": "--at",
+    "continuous": "--continuous",
+    "triggered": "--triggered",
+    "paused": "--paused",
     **{field: policy_flag(field) for field in POLICY_FIELDS},
 }
 
@@ -219,6 +228,18 @@ def positive_int(text: str) -> int:
 
 
 @argument_type
+def seconds(text: str) -> float:
+    """A number of seconds, zero or more: ``"2"``, ``"0.5"``, ``"0"``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{_shown(text)} is not a number of seconds") from None
+    if not 0 <= value <= 3600:
+        raise ValueError(f"{text!r}: give between 0 and 3600 seconds")
+    return value
+
+
+@argument_type
 def yes_no(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("yes", "true", "on", "1"):
@@ -291,6 +312,36 @@ def job_now(job: Job, now: datetime) -> tuple[dict[str, object], dict[str, str]]
 def run_record(run: JobRun) -> dict[str, object]:
     """Expects ``job`` selected with the run."""
     return {key: jsonable(value) for key, value in run_fields(run).items()}
+
+
+# How often `jobs run` reads its run while it waits for a worker's verdict.
+RUN_POLL_SECONDS = 0.05
+
+
+def a_worker_serves(queue: str) -> bool:
+    """Whether a live node (by the database clock) consumes ``queue``: without one, nothing
+    will settle a run soon, and waiting for it would only be slower."""
+    nodes = with_liveness(Node.objects.all())
+    return any(node.liveness == Liveness.ALIVE and queue in node.queues for node in nodes)
+
+
+def awaited_run(run_id: int, seconds: float) -> JobRun:
+    """The run once a worker claimed it (``running``) or settled it at once (``skipped``:
+    its lease held; ``missed``; ...), or as it is after ``seconds``; ``job`` selected."""
+    deadline = time.monotonic() + seconds
+    while True:
+        run = JobRun.objects.select_related("job").get(pk=run_id)
+        if run.status != RunStatus.SCHEDULED or time.monotonic() >= deadline:
+            return run
+        time.sleep(RUN_POLL_SECONDS)
+
+
+def run_outcome(run: JobRun) -> str:
+    """A settled run in one line, e.g. ``run 42 of nightly: skipped — lease job:nightly held
+    by worker1@host (token 7)``; expects ``job`` selected with the run."""
+    said = f"run {run.pk} of {run.job.name}: {run.status}"
+    reason = first_line(run.error, limit=200)
+    return f"{said} — {reason}" if reason else said
 
 
 def lease_record(lease: Lease) -> dict[str, object]:

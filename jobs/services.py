@@ -6,13 +6,13 @@ transaction of the change (``jobs.audit``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django_celery_beat.models import PeriodicTask
 
 from jobs import audit, backfill, dependencies, jsonvalues, registry
@@ -36,7 +36,17 @@ from jobs.models import (
     Trigger,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import At, Definition, Schedule, Triggered
+from jobs.schedule.kinds import (
+    At,
+    Cron,
+    Definition,
+    Every,
+    Schedule,
+    Triggered,
+    parse_instant,
+    parse_interval,
+    validate_timezone,
+)
 from jobs.upkeep import retention
 
 
@@ -53,6 +63,110 @@ class JobDefinition:
     enabled: bool = True
     policies: Mapping[str, Any] = field(default_factory=dict)
     after: Sequence[str] = ()
+
+
+# The options of `jobs add` that give a job's schedule, by the names POST /api/jobs (and PATCH)
+# use too: one of each but ``tz``, which goes with ``cron``.
+SCHEDULE_CHOICES = ("every", "cron", "at", "continuous", "triggered")
+SCHEDULE_FIELDS = (*SCHEDULE_CHOICES, "tz")
+# The other options of `jobs add`, by the same names (``paused``: add it paused).
+DEFINITION_FIELDS = ("name", "task", *SCHEDULE_FIELDS, "after", "args", "kwargs", "paused")
+
+
+def schedule_from(values: Mapping[str, Any]) -> Definition | None:
+    """The schedule given by ``jobs add``'s options, as parsed values or as typed (JSON):
+    ``every`` (a duration: ``"10s"`` or seconds), ``cron`` with ``tz`` (UTC), ``at`` (an
+    ISO 8601 instant), ``continuous`` or ``triggered`` (true). ``None`` means continuous.
+    Raises ``ValidationError`` keyed by option name; the CLI and the API both read it here."""
+    # False is a flag left out (0, which equals False, an interval given and refused).
+    given = [name for name in SCHEDULE_CHOICES if _given(values.get(name))]
+    tz = values.get("tz")
+    if tz is not None and "cron" not in given:
+        raise ValidationError({"tz": ["Only applies to a cron schedule."]})
+    if len(given) != 1:
+        problem = f"Give exactly one schedule: {', '.join(SCHEDULE_CHOICES)}."
+        raise ValidationError({name: [problem] for name in given} or problem)
+    if tz is not None:
+        _read("tz", tz, _tz)
+    choice = given[0]
+    return _read(choice, values[choice], lambda value: _SCHEDULE_READERS[choice](value, tz))
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value is not False
+
+
+def _read(name: str, value: Any, reader: Callable[[Any], Any]) -> Any:
+    try:
+        return reader(value)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError({name: [str(exc)]}) from None
+
+
+def _tz(value: Any) -> None:
+    if not isinstance(value, str):
+        raise TypeError("must be an IANA time zone name, e.g. Europe/Paris")
+    validate_timezone(value)
+
+
+def _every(value: Any, tz: Any) -> Every:
+    if isinstance(value, Every):
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise TypeError('must be a duration such as "10s" or "1h30m", or a number of seconds')
+    return parse_interval(value)
+
+
+def _cron(value: Any, tz: Any) -> Cron:
+    if not isinstance(value, str):
+        raise TypeError('must be five cron fields as a string, e.g. "0 3 * * *"')
+    return Cron(expr=value, tz=tz or "UTC")
+
+
+def _at(value: Any, tz: Any) -> At:
+    if isinstance(value, datetime):
+        return At(when=value)
+    if not isinstance(value, str):
+        raise TypeError("must be an ISO 8601 time, e.g. 2030-01-01T09:00:00Z")
+    return parse_instant(value)
+
+
+def _flag(made: Definition | None) -> Callable[[Any, Any], Definition | None]:
+    def read(value: Any, tz: Any) -> Definition | None:
+        if value is not True:
+            raise TypeError("must be true (or left out)")
+        return made
+
+    return read
+
+
+_SCHEDULE_READERS: dict[str, Callable[[Any, Any], Definition | None]] = {
+    "every": _every,
+    "cron": _cron,
+    "at": _at,
+    "continuous": _flag(None),
+    "triggered": _flag(Triggered()),
+}
+
+
+def definition_from(values: Mapping[str, Any]) -> JobDefinition:
+    """A new job as ``jobs add``'s options give it, by their names (``DEFINITION_FIELDS`` and
+    each policy's field name; absent or ``None``: the default). ``POST /api/jobs`` takes the
+    same names; ``create_job`` validates the rest. Raises ``ValidationError`` keyed so."""
+    unknown = set(values) - set(DEFINITION_FIELDS) - set(POLICY_FIELDS)
+    if unknown:
+        raise ValidationError({name: ["Unknown option."] for name in sorted(unknown)})
+    args, kwargs, after = values.get("args"), values.get("kwargs"), values.get("after")
+    return JobDefinition(
+        name=values.get("name") or "",
+        task=values.get("task") or "",
+        schedule=schedule_from(values),
+        args=[] if args is None else args,
+        kwargs={} if kwargs is None else kwargs,
+        enabled=not values.get("paused"),
+        policies={name: values[name] for name in POLICY_FIELDS if values.get(name) is not None},
+        after=[] if after is None else after,
+    )
 
 
 def get_job(name: str) -> Job:
@@ -166,13 +280,25 @@ def create_job(definition: JobDefinition, *, actor: Actor, managed_by_code: bool
     validate_job(job)
     _check_one_off(definition.schedule, job.start_deadline)
     upstreams = dependencies.check_upstreams(job, definition.after)
-    job.save()
+    _insert(job)
     job.upstreams.set(upstreams)
     if isinstance(definition.schedule, Schedule):
         job.periodic_task = entries.store(job, definition.schedule)
         job.save(update_fields=["periodic_task"])
     audit.record(actor, AuditAction.ADD, job=job, after=audit.job_state(job))
     return job
+
+
+def _insert(job: Job) -> None:
+    """Save a new job; a name taken since ``validate_job`` looked (a concurrent add) is the
+    same ``ValidationError`` as one taken before, not a database error."""
+    try:
+        with transaction.atomic():
+            job.save()
+    except IntegrityError:
+        if not Job.objects.filter(name=job.name).exists():
+            raise
+        raise ValidationError({"name": [job.unique_error_message(Job, ("name",))]}) from None
 
 
 def _check_one_off(

@@ -1,5 +1,6 @@
-"""The JSON API under ``/api/``: list jobs and runs, trigger a run (at most once per
-``Idempotency-Key``), pause, resume and edit policies. Described by ``/api/openapi.json``.
+"""The JSON API under ``/api/``: list jobs and runs, add a job (the names of ``jobs add``'s
+options), trigger a run (at most once per ``Idempotency-Key``), pause, resume, edit policies
+and the schedule, delete a job. Described by ``/api/openapi.json``.
 
 Authentication: ``Authorization: Bearer <token>`` (``manage.py apitoken create NAME``), or the
 admin session of a staff user, whose writes then need the CSRF token like any form post.
@@ -9,7 +10,8 @@ in the audit trail under the token's name (``token:NAME``) or the user's (``user
 
 Errors are JSON, ``{"error": "...", "fields": {"name": ["..."]}}``: 400 for a bad parameter,
 header or body (each problem under the name of what was wrong), 401/403 for credentials, 404
-for an unknown job or run, 405 for a wrong method, 422 for an Idempotency-Key reused with
+for an unknown job or run, 405 for a wrong method, 409 for a job name taken (or a trigger of a
+continuous job), 422 for an Idempotency-Key reused with
 another request, 503 when the database is unreachable or the web's connection pool stayed busy
 (with ``Retry-After``).
 """
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import wraps
 from typing import Any, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, ValidationError
@@ -53,6 +55,7 @@ from jobs.models import (
     RunStatus,
     Trigger,
 )
+from jobs.registry import POLICY_FIELDS
 from jobs.web import serializers, tokens, unavailable
 from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, job_field_range, schema
 
@@ -312,8 +315,13 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
 # --- jobs --------------------------------------------------------------------------------------
 
 
-@endpoint({"GET": "jobs.view_job"})
+@endpoint({"GET": "jobs.view_job", "POST": "jobs.add_job"})
 def jobs_collection(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        job = _create(_json_object(request), actor(request))
+        response = JsonResponse(serializers.job_record(job, timezone.now()), status=201)
+        response["Location"] = f"/api/jobs/{quote(job.name, safe='')}"
+        return response
     query = Query(request, ("enabled", "kind"))
     enabled = query.boolean("enabled")
     kind = query.choice("kind", JobKind.values)
@@ -326,8 +334,52 @@ def jobs_collection(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"results": [serializers.job_record(job, now) for job in jobs]})
 
 
-@endpoint({"GET": "jobs.view_job", "PATCH": "jobs.change_job"})
+def _create(body: dict[str, Any], by: Actor) -> Job:
+    """A job from ``jobs add``'s options by their names, read and validated as the CLI's are
+    (``services.definition_from``, ``services.create_job``)."""
+    errors = {
+        name: [f"unknown field; known: {', '.join(CREATABLE)}"]
+        for name in sorted(set(body) - set(CREATABLE))
+    }
+    for name in ("name", "task"):
+        if body.get(name) is None:
+            errors[name] = ["required"]
+    for name, value in body.items():
+        check = CREATABLE.get(name)
+        problem = None if check is None or name in errors else check(value)
+        if problem:
+            errors[name] = [problem]
+    if errors:
+        raise invalid(errors)
+    values = {name: _instant(value) if name in _INSTANTS else value for name, value in body.items()}
+    try:
+        job = services.create_job(services.definition_from(values), actor=by)
+    except ValidationError as exc:
+        fields = _schedule_field_errors(exc)
+        if "name" in fields and _exists(body["name"]):
+            raise ApiError(409, f"a job named {body['name']!r} already exists", fields) from None
+        raise invalid(fields) from None
+    return services.get_job(job.name)
+
+
+def _exists(name: str) -> bool:
+    try:
+        services.get_job(name)
+    except NotFound:
+        return False
+    return True
+
+
+def _schedule_field_errors(exc: ValidationError) -> dict[str, list[str]]:
+    """``_field_errors``, with a one-off time's problem under ``at``, the field that gave it."""
+    return {("at" if key == "run_at" else key): msgs for key, msgs in _field_errors(exc).items()}
+
+
+@endpoint({"GET": "jobs.view_job", "PATCH": "jobs.change_job", "DELETE": "jobs.delete_job"})
 def job_detail(request: HttpRequest, name: str) -> HttpResponse:
+    if request.method == "DELETE":
+        services.remove(name, actor=actor(request))
+        return HttpResponse(status=204)
     job = services.get_job(name)
     if request.method == "PATCH":
         job = _patch(job, _json_object(request), actor(request))
@@ -336,13 +388,22 @@ def job_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
     errors: dict[str, list[str]] = {}
+    known = ", ".join([*PATCHABLE, *services.SCHEDULE_FIELDS])
     if not body:
-        raise invalid({"body": [f"give at least one of {', '.join(PATCHABLE)}"]})
+        raise invalid({"body": [f"give at least one of {known}"]})
+    # A schedule given replaces the job's, read as `jobs add` reads one.
+    scheduling = {name: body.pop(name) for name in services.SCHEDULE_FIELDS if name in body}
+    schedule: Any = None
+    if scheduling:
+        try:
+            schedule = services.schedule_from(scheduling)
+        except ValidationError as exc:
+            errors.update(_field_errors(exc))
     changes: dict[str, Any] = {}
     for name, value in body.items():
         check = PATCHABLE.get(name)
         if check is None:
-            errors[name] = [f"unknown field; known: {', '.join(PATCHABLE)}"]
+            errors[name] = [f"unknown field; known: {known}"]
             continue
         problem = check(value)
         if problem:
@@ -358,20 +419,21 @@ def _patch(job: Job, body: dict[str, Any], by: Actor) -> Job:
         if name in changes:
             changes[name] = _instant(changes[name])
     after = changes.pop("after", None)
-    if changes or after is not None:
+    if changes or after is not None or scheduling:
         for name, value in changes.items():
             setattr(job, name, value)
         job.managed_by_code = False  # an operator's edit: the declaration in code stops applying
-        try:
-            schedule = services.definition_of(job)
-        except ValueError:
-            raise invalid(
-                {"body": ["the job's schedule cannot be read: fix it in the admin"]}
-            ) from None
+        if not scheduling:
+            try:
+                schedule = services.definition_of(job)
+            except ValueError:
+                raise invalid(
+                    {"body": ["the job's schedule cannot be read: fix it in the admin"]}
+                ) from None
         try:
             job = services.save_job(job, schedule, actor=by, after=after)
         except ValidationError as exc:
-            raise invalid(_field_errors(exc)) from None
+            raise invalid(_schedule_field_errors(exc)) from None
     if enabled is not None and enabled != job.enabled:
         job = services.set_enabled(job, enabled, actor=by)
     if muting:
@@ -524,6 +586,32 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "alerts_muted_until": _instant_or_null,
     "after": _names,
 }
+
+
+def _required_text(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return "must be a non-empty string"
+    return None
+
+
+def _checked_elsewhere(value: Any) -> str | None:
+    """No check of its own: ``services`` reads the value as the CLI's ``add`` does."""
+    return None
+
+
+# What POST /api/jobs accepts: `jobs add`'s options by name, each with its JSON type check
+# (the CLI's parser makes these types); the rules for the values are the services', shared.
+CREATABLE: dict[str, Callable[[Any], str | None]] = {
+    "name": _required_text,
+    "task": _required_text,
+    **{name: _checked_elsewhere for name in services.SCHEDULE_FIELDS},
+    "after": _names,
+    "args": _checked_elsewhere,
+    "kwargs": _checked_elsewhere,
+    "paused": _boolean,
+    **{name: PATCHABLE.get(name) or _job_whole(name) for name in POLICY_FIELDS},
+}
+_INSTANTS = ("active_from", "active_until")
 
 
 @endpoint({"POST": "jobs.change_job"})

@@ -175,6 +175,26 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     },
 }
 
+# The schedule fields of POST /api/jobs and PATCH /api/jobs/{name}: `jobs add`'s options.
+_SCHEDULE_PROPERTIES: dict[str, dict[str, Any]] = {
+    "every": {
+        "oneOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 1}],
+        "description": 'An interval: a duration such as "10s" or "1h30m", or seconds.',
+    },
+    "cron": {
+        "type": "string",
+        "description": "Five cron fields, as Celery's crontab reads them, e.g. `0 3 * * *`.",
+    },
+    "tz": {"type": "string", "description": "The IANA time zone of `cron` (default UTC)."},
+    "at": {**_DATETIME, "description": "Once, at this time (UTC if no offset)."},
+    "continuous": {"type": "boolean", "enum": [True], "description": "Always on one node."},
+    "triggered": {
+        "type": "boolean",
+        "enum": [True],
+        "description": "No schedule of its own: after its upstreams, run now, the API.",
+    },
+}
+
 _SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -265,17 +285,40 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["results"],
         "properties": {"results": {"type": "array", "items": _ref("Job")}},
     },
+    "JobNew": {
+        "type": "object",
+        "required": ["name", "task"],
+        "additionalProperties": False,
+        "description": "A job as `jobs add` makes it, by the names of its options: `name`, "
+        "`task`, exactly one schedule (`every`, `cron` with `tz`, `at`, `continuous` or "
+        "`triggered`), and optionally `after`, `args`, `kwargs`, `paused` and each policy "
+        "(durations in seconds); validated as `jobs add` validates it.",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "description": "Unique job name."},
+            "task": {"type": "string", "minLength": 1, "description": "A registered task."},
+            **_SCHEDULE_PROPERTIES,
+            "after": _AFTER,
+            "args": {"type": "array", "items": {}, "description": "Positional arguments."},
+            "kwargs": {"type": "object", "description": "Keyword arguments."},
+            "paused": {"type": "boolean", "default": False, "description": "Add it paused."},
+            **_POLICY_PROPERTIES,
+            "min_hold": _whole("min_hold"),
+        },
+    },
     "JobPatch": {
         "type": "object",
         "minProperties": 1,
         "additionalProperties": False,
-        "description": "Pause/resume (`enabled`) and policies. A policy change makes the job "
-        "the operator's: later changes to its declaration in code no longer apply.",
+        "description": "Pause/resume (`enabled`), policies and the schedule: a schedule given "
+        "(`every`, `cron` with `tz`, `at`, `continuous` or `triggered`, as in `jobs add`) "
+        "replaces the job's. A change other than `enabled` makes the job the operator's: later "
+        "changes to its declaration in code no longer apply.",
         "properties": {
             "enabled": {"type": "boolean"},
             **_POLICY_PROPERTIES,
             "alerts_muted_until": _MUTED_UNTIL,
             "after": _AFTER,
+            **_SCHEDULE_PROPERTIES,
         },
     },
     "Run": {
@@ -468,7 +511,32 @@ def schema() -> dict[str, Any]:
                         ),
                     ],
                     "responses": {"200": _json("The jobs.", _ref("JobList")), **_BAD, **_ERRORS},
-                }
+                },
+                "post": {
+                    "operationId": "createJob",
+                    "summary": "Add a job, as `jobs add` does.",
+                    "description": "The same field names, validation and audit entry as "
+                    "`jobs add`. A retried request cannot make a second job: the name is unique, "
+                    "so a retry finds it taken (409) and GET /api/jobs/{name} shows the job.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("JobNew")}},
+                    },
+                    "responses": {
+                        "201": {
+                            **_json("The job added.", _ref("Job")),
+                            "headers": {
+                                "Location": {
+                                    "description": "The job's URL.",
+                                    "schema": {"type": "string"},
+                                }
+                            },
+                        },
+                        **_BAD,
+                        "409": _error("A job with that name already exists."),
+                        **_ERRORS,
+                    },
+                },
             },
             "/api/jobs/{name}": {
                 "parameters": [_JOB_NAME],
@@ -477,9 +545,20 @@ def schema() -> dict[str, Any]:
                     "summary": "One job.",
                     "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
                 },
+                "delete": {
+                    "operationId": "deleteJob",
+                    "summary": "Delete a job, its beat entry and its run history, as "
+                    "`jobs remove` does.",
+                    "responses": {
+                        "204": {"description": "Deleted."},
+                        **_BAD,
+                        **_NOT_FOUND,
+                        **_ERRORS,
+                    },
+                },
                 "patch": {
                     "operationId": "updateJob",
-                    "summary": "Pause/resume or change policies.",
+                    "summary": "Pause/resume, change policies or replace the schedule.",
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": _ref("JobPatch")}},

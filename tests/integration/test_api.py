@@ -217,7 +217,7 @@ def test_wrong_method_is_405_with_allow(api: Client) -> None:
     response = api.delete("/api/jobs")
 
     assert response.status_code == 405
-    assert response["Allow"] == "GET, HEAD, OPTIONS"
+    assert response["Allow"] == "GET, POST, HEAD, OPTIONS"
 
 
 def test_head_answers_like_get_without_a_body(api: Client, make_job: Callable[..., Job]) -> None:
@@ -238,8 +238,8 @@ def test_head_needs_the_same_credentials_as_get(client: Client) -> None:
 def test_options_lists_the_allowed_methods(client: Client, make_job: Callable[..., Job]) -> None:
     make_job("report")
     expected = {
-        "/api/jobs": "GET, HEAD, OPTIONS",
-        "/api/jobs/report": "GET, PATCH, HEAD, OPTIONS",
+        "/api/jobs": "GET, POST, HEAD, OPTIONS",
+        "/api/jobs/report": "GET, PATCH, DELETE, HEAD, OPTIONS",
         "/api/jobs/report/runs": "GET, POST, HEAD, OPTIONS",
         "/api/jobs/report/pause": "POST, OPTIONS",
     }

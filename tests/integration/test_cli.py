@@ -91,7 +91,7 @@ BAD_ADD_INPUT = [
     ),
     pytest.param(
         ["--every", "10s", "--tz", "Europe/Paris"],
-        "jobs add: error: --tz: only applies to --cron",
+        "jobs add: error: --tz: Only applies to a cron schedule.",
         id="tz-without-cron",
     ),
     pytest.param(

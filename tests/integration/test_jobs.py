@@ -4,16 +4,21 @@ listings and records are jobs.cli's (test_cli.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-from jobs import messages
-from jobs.models import Job, JobRun
+from jobs import cli, messages
+from jobs.guard import lease
+from jobs.guard.runner import execute_run
+from jobs.models import Job, JobRun, Node
 from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
 
 # --- add: one schedule of each kind -------------------------------------------------------
@@ -235,6 +240,71 @@ def test_run_with_the_broker_down_still_prints_the_id_of_the_recorded_run(
     run = JobRun.objects.get()
     assert out == f"{run.pk}\n"
     assert (run.trigger, run.status) == ("manual", "scheduled")  # for maintenance to publish
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_says_what_became_of_a_run_a_worker_settled_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add("nightly", "--every", "1h")  # overlap skip, the default
+    key = Job.objects.get(name="nightly").lock_key
+    held = lease.acquire(key, "worker1@host", 60)
+    assert held is not None
+    monkeypatch.setattr(messages, "publish", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cli, "a_worker_serves", lambda queue: queue == "default")
+
+    def worker() -> None:
+        """A node that receives each manual run as soon as it is committed."""
+        try:
+            done: set[int] = set()
+            deadline = time.monotonic() + 20
+            while len(done) < 2 and time.monotonic() < deadline:
+                for run_id in JobRun.objects.exclude(pk__in=done).values_list("pk", flat=True):
+                    execute_run(run_id, task_id=f"jobrun-{run_id}", node="worker2@host")
+                    done.add(run_id)
+                time.sleep(0.01)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    out = jobs("run", "nightly")
+    record = jobs_json("run", "nightly")
+    thread.join()
+
+    first, second = JobRun.objects.order_by("pk")
+    reason = f"lease {key} held by worker1@host (token {held.token})"
+    assert out == f"run {first.pk} of nightly: skipped — {reason}\n"
+    assert (first.status, first.error) == ("skipped", reason)
+    assert (record["id"], record["status"], record["error"]) == (second.pk, "skipped", reason)
+    started = time.monotonic()
+    assert jobs("run", "nightly", "--wait", "0") == f"{second.pk + 1}\n", "no wait: the id"
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.django_db
+def test_run_waits_only_for_a_live_node_that_serves_the_queue() -> None:
+    now = timezone.now()
+    stale = now - timedelta(hours=1)
+    Node.objects.create(name="old@h", host="h", pid=1, started_at=stale, last_heartbeat=stale,
+                        queues=["reports"])  # fmt: skip
+    Node.objects.create(name="w1@h", host="h", pid=2, started_at=now, last_heartbeat=now,
+                        queues=["default", "other"])  # fmt: skip
+
+    assert cli.a_worker_serves("default")
+    assert not cli.a_worker_serves("reports"), "its only node is dead"
+    assert not cli.a_worker_serves("nowhere")
+
+
+@pytest.mark.django_db
+def test_run_json_says_a_run_not_yet_settled_is_scheduled(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    add("report", "--every", "1h")
+    with django_capture_on_commit_callbacks(execute=False):
+        record = jobs_json("run", "report")
+    run = JobRun.objects.get()
+    assert (record["id"], record["job"], record["status"]) == (run.pk, "report", "scheduled")
 
 
 @pytest.mark.django_db

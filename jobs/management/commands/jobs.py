@@ -30,6 +30,7 @@ from jobs.exceptions import NotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
+    TERMINAL_STATUSES,
     AlertChannels,
     Blackout,
     CatchUp,
@@ -43,7 +44,7 @@ from jobs.models import (
     RunStatus,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import At, Cron, Definition, Triggered, describe
+from jobs.schedule.kinds import describe
 from jobs.web import serializers
 from jobs.web.serializers import duration_words, schedule_words
 
@@ -108,6 +109,10 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
 }
 
 
+# How long `jobs run` waits for a live worker's verdict on its run (a claim takes milliseconds).
+RUN_WAIT_SECONDS = 2.0
+
+
 class _HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Django's option order, with the exit-status table kept as written."""
 
@@ -141,7 +146,11 @@ class Command(BaseCommand):
         show.add_argument("name", metavar="NAME")
         show.add_argument("--json", action="store_true", help="Print a JSON object.")
         for verb, text in (
-            ("run", "Trigger a run now, outside the schedule; prints the new run's id."),
+            (
+                "run",
+                "Trigger a run now, outside the schedule; prints the new run's id, or what "
+                "became of it when a worker settled it at once (e.g. skipped: its lease held).",
+            ),
             ("pause", "Pause a job: no new slots until it is resumed."),
             ("resume", "Resume a paused job."),
             ("remove", "Delete a job, its beat entry and its run history."),
@@ -149,6 +158,14 @@ class Command(BaseCommand):
             parser = verbs.add_parser(verb, verb=verb, help=text)
             parser.add_argument("name", metavar="NAME")
             if verb == "run":
+                parser.add_argument(
+                    "--json", action="store_true", help="Print the run as a JSON object."
+                )
+                parser.add_argument(
+                    "--wait", type=cli.seconds, default=RUN_WAIT_SECONDS, metavar="SECONDS",
+                    help="How long to wait for a live worker to take or settle the run "
+                    f"({RUN_WAIT_SECONDS:g}; 0: do not wait).",
+                )  # fmt: skip
                 parser.add_argument(
                     "--kwargs",
                     dest="run_kwargs",
@@ -349,21 +366,15 @@ class Command(BaseCommand):
             raise cli.CliError(verb, str(exc), returncode=cli.RUNTIME) from None
 
     def _verb_add(self, options: dict[str, Any]) -> None:
-        schedule = _schedule(options)
-        definition = services.JobDefinition(
-            name=options["name"],
-            task=options["task"],
-            schedule=schedule,
-            args=[] if options["job_args"] is None else options["job_args"],
-            kwargs={} if options["job_kwargs"] is None else options["job_kwargs"],
-            enabled=not options["paused"],
-            policies={f: options[f] for f in POLICY_FIELDS if options[f] is not None},
-            after=options["after"],
-        )
+        # The API's POST /api/jobs reads the same names through the same services.
+        values = {name: options[name] for name in services.DEFINITION_FIELDS if name in options}
+        values.update(args=options["job_args"], kwargs=options["job_kwargs"])
+        values.update({name: options[name] for name in POLICY_FIELDS})
         with cli.validated("add"):
+            definition = services.definition_from(values)
             job = services.create_job(definition, actor=Actor.cli())
         state = "" if job.enabled else ", paused"
-        self.stdout.write(f"added job {job.name}: {describe(schedule)}{state}")
+        self.stdout.write(f"added job {job.name}: {describe(definition.schedule)}{state}")
 
     def _verb_list(self, options: dict[str, Any]) -> None:
         jobs = list(
@@ -407,7 +418,23 @@ class Command(BaseCommand):
             run = services.run_now(
                 options["name"], actor=Actor.cli(), kwargs=options.get("run_kwargs")
             )
-        self.stdout.write(str(run.pk))
+        # A worker settles some runs as it receives them (its lease held under overlap skip:
+        # skipped; its deadline passed: missed), and then printing only the id would hide that
+        # it did not run: wait (briefly, and only if a live node serves its queue) for the
+        # worker's verdict.
+        run = JobRun.objects.select_related("job").get(pk=run.pk)
+        if (
+            run.status == RunStatus.SCHEDULED
+            and options["wait"]
+            and cli.a_worker_serves(run.job.queue)
+        ):
+            run = cli.awaited_run(run.pk, options["wait"])
+        if options["json"]:
+            self._json(cli.run_record(run))
+        elif run.status in TERMINAL_STATUSES:
+            self.stdout.write(cli.run_outcome(run))
+        else:
+            self.stdout.write(str(run.pk))
 
     def _verb_backfill(self, options: dict[str, Any]) -> None:
         flags = {"since": "--since", "until": "--until", "max_runs": "--max-runs"}
@@ -691,25 +718,6 @@ class Command(BaseCommand):
 
     def _table(self, headers: tuple[str, ...], rows: list[tuple[Any, ...]], what: str) -> None:
         self.stdout.write(cli.table(headers, rows) if rows else f"no {what}")
-
-
-def _schedule(options: dict[str, Any]) -> Definition | None:
-    """The one schedule flag given (argparse enforces exactly one); ``None`` is continuous."""
-    if options["tz"] is not None and options["cron"] is None:
-        raise cli.CliError("add", "--tz: only applies to --cron")
-    if options["every"] is not None:
-        return options["every"]  # already an Every
-    if options["cron"] is not None:
-        try:
-            # Each flag was checked alone; whether the cron fires is judged in its time zone.
-            return Cron(expr=options["cron"], tz=options["tz"] or "UTC")
-        except ValueError as exc:
-            raise cli.CliError("add", f"--cron: {exc}") from None
-    if options["at"] is not None:
-        return At(when=options["at"])
-    if options["triggered"]:
-        return Triggered()
-    return None
 
 
 def _state(job: Job) -> str:
