@@ -45,6 +45,8 @@ def _alerting(cluster: Cluster, receiver: Receiver) -> None:
     cluster.env.update(
         JOBS_ALERT_WEBHOOK_URL=receiver.url,
         JOBS_ALERT_WEBHOOK_SECRET=SECRET,
+        # The receiver listens on 127.0.0.1, a loopback target.
+        JOBS_ALERT_ALLOW_PRIVATE_TARGETS="1",
         JOBS_MAINTENANCE_INTERVAL="0.5",
     )
 
