@@ -204,6 +204,7 @@ def test_a_continuous_jobs_lost_incident_resolves_once_it_runs_on_a_live_node(
     # once each way.
     incident = Job.objects.get(name="poller").incidents.get()
     assert (incident.kind, incident.reason) == ("failing", "lost")
+    assert incident.last_run_id is not None and incident.resolved_by_run_id is not None
     assert JobRun.objects.get(pk=incident.last_run_id).node == holder
     moved = JobRun.objects.get(pk=incident.resolved_by_run_id)
     assert moved.node != holder and moved.trigger == "continuous"
