@@ -72,6 +72,9 @@ def test_the_signature_is_the_hmac_sha256_of_the_body() -> None:
         ("0.0.0.0", "unspecified"),
         ("224.0.0.1", "multicast"),
         ("240.0.0.1", "reserved"),
+        ("[fe80::1]", "link-local"),
+        ("[fd00::1]", "private"),
+        ("100.64.0.1", "non-public"),  # shared address space (carrier-grade NAT)
     ],
 )
 def test_a_webhook_to_a_non_public_address_is_refused_naming_the_setting(
