@@ -18,6 +18,7 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+import tests.support.jobs_continuous  # noqa: F401  (registers the continuous functions)
 from jobs import timestamps
 from jobs.alerts import sender
 from jobs.alerts.detect import open_incident, resolve_incidents
@@ -317,8 +318,6 @@ def test_the_cli_shows_and_sets_a_jobs_alerts(make_job: Callable[..., Job]) -> N
 def test_a_continuous_jobs_lost_tenure_is_resolved_by_the_tenure_that_took_over(
     tmp_path: Path,
 ) -> None:
-    import tests.support.jobs_continuous  # noqa: F401  (registers the functions)
-
     job = new_job("poller", "tests.continuous.step", None, log=tmp_path / "continuous.log")
     first = lease.acquire(job.lock_key, "a@h:1:continuous", 30)
     assert first is not None
@@ -343,8 +342,6 @@ def test_a_continuous_jobs_lost_tenure_is_resolved_by_the_tenure_that_took_over(
 
 
 def test_a_tenure_lost_with_no_live_successor_keeps_its_incident_open(tmp_path: Path) -> None:
-    import tests.support.jobs_continuous  # noqa: F401  (registers the functions)
-
     job = new_job("poller", "tests.continuous.step", None, log=tmp_path / "continuous.log")
     held = lease.acquire(job.lock_key, "a@h:1:continuous", 30)
     assert held is not None
