@@ -128,7 +128,12 @@ MEANINGS: Mapping[str, tuple[str, str]] = {
     ),
     "JOBS_PUBLIC_URL": (
         "this deployment's address, for the admin links of alerts, e.g. `https://jobs.example.com`",
-        "relative links",
+        "alerts without links (`manage.py check` warns)",
+    ),
+    "JOBS_ALERT_ALLOW_PRIVATE_TARGETS": (
+        "`1`: a webhook may be posted to a loopback, private, link-local or other non-public "
+        "address ([security](security.md))",
+        "refused",
     ),
     "JOBS_METRICS_ALLOW_FROM": (
         "addresses/networks (CIDR) that may read `/metrics` and the probes' details without a "

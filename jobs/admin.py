@@ -61,6 +61,7 @@ from jobs.models import (
     AuditEntry,
     AuditSource,
     Blackout,
+    DeliveryState,
     Incident,
     Job,
     JobRun,
@@ -941,10 +942,21 @@ def _json_block(value: Any) -> SafeString:
 
 
 # A delivery's progress, as its incident's page and the outbox list both show it.
-DELIVERY_PROGRESS = ("event", "channel", "state", "attempts", "next_attempt_at", "delivered_at")
+DELIVERY_PROGRESS = ("event", "channel", "state", "attempts", "next_attempt", "delivered_at")
 
 
-class DeliveryInline(ReadOnlyInline):
+class DeliveryProgress:
+    """The columns of ``DELIVERY_PROGRESS`` that are no model field."""
+
+    @admin.display(description="next attempt", ordering="next_attempt_at")
+    def next_attempt(self, delivery: AlertDelivery) -> str:
+        """Only a pending delivery has one: a delivered, dropped or given-up row is never tried
+        again, whatever its ``next_attempt_at`` column last held."""
+        pending = delivery.state == DeliveryState.PENDING
+        return timestamps.display(delivery.next_attempt_at if pending else None)
+
+
+class DeliveryInline(DeliveryProgress, ReadOnlyInline):
     model = AlertDelivery
     fields = readonly_fields = (*DELIVERY_PROGRESS, "last_error")
 
@@ -961,9 +973,10 @@ class IncidentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(AlertDelivery)
-class AlertDeliveryAdmin(ReadOnlyAdmin):
+class AlertDeliveryAdmin(DeliveryProgress, ReadOnlyAdmin):
     """The outbox: each notification, its attempts and last error."""
 
     list_display = ["id", "incident", *DELIVERY_PROGRESS]
+    fields = readonly_fields = ("incident", "created_at", *DELIVERY_PROGRESS, "last_error")
     list_filter = ["state", "channel", "event"]
     list_select_related = ["incident__job"]

@@ -69,3 +69,23 @@ def pooler_options_problems(database: Mapping[str, Any]) -> list[Warning]:
             id="jobs.W002",
         )
     ]
+
+
+@register(Tags.compatibility)
+def check_public_url(**_kwargs: Any) -> list[Warning]:
+    """Alerts link the admin's pages by ``JOBS_PUBLIC_URL``: without it they carry no link,
+    as a relative one opens nowhere from a chat message or an e-mail."""
+    from jobs.conf import get_alerts_conf
+
+    conf = get_alerts_conf()
+    if conf.public_url or not conf.channels:
+        return []
+    return [
+        Warning(
+            "JOBS_PUBLIC_URL is unset: alerts are sent without links to their incident, job "
+            "and runs.",
+            hint="Set JOBS_PUBLIC_URL to this deployment's address as operators reach it, e.g. "
+            "https://jobs.example.com.",
+            id="jobs.W003",
+        )
+    ]

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.validators import validate_email
 
+from jobs.alerts.targets import ALLOW_SETTING, configured_host_problem
+
 # What the app assumes when a project sets nothing (so `INSTALLED_APPS` is all it needs); this
 # repository's project/settings.py reads each from the environment with the same defaults.
 RETENTION_DEFAULTS = MappingProxyType(
@@ -47,6 +49,7 @@ DEFAULTS: Mapping[str, object] = MappingProxyType(
         "JOBS_ALERT_WEBHOOK_SECRET": "",
         "JOBS_ALERT_EMAILS": (),
         "JOBS_PUBLIC_URL": "",
+        "JOBS_ALERT_ALLOW_PRIVATE_TARGETS": False,
     }
 )
 
@@ -178,10 +181,14 @@ class AlertsConf:
     webhook_secret: str = field(repr=False)
     emails: tuple[str, ...]
     public_url: str
+    # Webhooks to loopback, link-local, private and other non-public addresses (jobs.alerts.
+    # targets): refused unless allowed, e.g. for a receiver on the same host.
+    allow_private_targets: bool = False
 
     def __post_init__(self) -> None:
         if self.webhook_url:
             _http_url("JOBS_ALERT_WEBHOOK_URL", self.webhook_url)
+            self._check_webhook_host()
             if len(self.webhook_secret) < MIN_WEBHOOK_SECRET_LENGTH:
                 raise ImproperlyConfigured(
                     "JOBS_ALERT_WEBHOOK_SECRET must be set to a random string of at least "
@@ -197,6 +204,16 @@ class AlertsConf:
                 ) from None
         if self.public_url:
             _http_url("JOBS_PUBLIC_URL", self.public_url)
+
+    def _check_webhook_host(self) -> None:
+        host = urlsplit(self.webhook_url).hostname or ""
+        problem = None if self.allow_private_targets else configured_host_problem(host)
+        if problem is not None:
+            # The host only: a webhook URL's path is often its secret.
+            raise ImproperlyConfigured(
+                f"JOBS_ALERT_WEBHOOK_URL: {problem}; alerts are posted to public addresses "
+                f"only, unless {ALLOW_SETTING} is set (docs/security.md)."
+            )
 
     @property
     def channels(self) -> frozenset[str]:
@@ -221,4 +238,5 @@ def get_alerts_conf() -> AlertsConf:
         webhook_secret=str(_setting("JOBS_ALERT_WEBHOOK_SECRET")),
         emails=tuple(_setting("JOBS_ALERT_EMAILS")),
         public_url=str(_setting("JOBS_PUBLIC_URL")).rstrip("/"),
+        allow_private_targets=bool(_setting("JOBS_ALERT_ALLOW_PRIVATE_TARGETS")),
     )

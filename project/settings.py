@@ -285,6 +285,8 @@ if JOBS_LOG_FORMAT == "json":
 JOBS_ALERT_WEBHOOK_URL = env.str("JOBS_ALERT_WEBHOOK_URL", "") or ""
 JOBS_ALERT_WEBHOOK_SECRET = env.str("JOBS_ALERT_WEBHOOK_SECRET", "") or ""
 JOBS_ALERT_EMAILS = env.list("JOBS_ALERT_EMAILS")
+# Webhooks to loopback, private, link-local... addresses are refused unless this is set.
+JOBS_ALERT_ALLOW_PRIVATE_TARGETS = env.bool("JOBS_ALERT_ALLOW_PRIVATE_TARGETS", default=False)
 # This deployment's address as operators reach it, for the admin links of alerts.
 JOBS_PUBLIC_URL = env.str("JOBS_PUBLIC_URL", "") or ""
 # E-mail goes through Django's backend: SMTP on EMAIL_HOST:EMAIL_PORT unless told otherwise.

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 
 from jobs.alerts.notification import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, Notification, sign
+from jobs.alerts.targets import open_checked
 from jobs.conf import AlertsConf
 
 WEBHOOK_TIMEOUT = 10.0  # seconds, connect and each read
@@ -37,7 +38,8 @@ def send_webhook(notification: Notification, conf: AlertsConf) -> None:
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT) as response:
+        opened = open_checked(request, WEBHOOK_TIMEOUT, allow_private=conf.allow_private_targets)
+        with opened as response:
             response.read(1024)
     except urllib.error.HTTPError as exc:
         detail = exc.read(300).decode(errors="replace").strip()
@@ -64,7 +66,7 @@ def send_email(notification: Notification, conf: AlertsConf) -> None:
 
 def _email_body(notification: Notification) -> str:
     body = notification.body
-    lines = [notification.text, ""]
+    lines = [notification.headline, ""]
     incident = body["incident"]
     lines.append(f"Incident #{incident['id']} ({incident['kind']}, reason {incident['reason']})")
     lines.append(f"Opened: {incident['opened_at']}")
@@ -75,10 +77,9 @@ def _email_body(notification: Notification) -> str:
         lines += ["", incident["summary"]]
     for name, run in body["runs"].items():
         if run and "status" in run:
-            lines.append(f"{name} run: #{run['id']} {run['status']} {run['url']}")
-    lines += ["", f"Incident: {incident['url']}"]
-    if body["job"]:
-        lines.append(f"Job: {body['job']['url']}")
+            lines.append(f"{name} run: #{run['id']} {run['status']} {run['url'] or ''}".rstrip())
+    links = [("Incident", incident["url"]), ("Job", body["job"] and body["job"]["url"])]
+    lines += [""] + [f"{label}: {url}" for label, url in links if url]
     return "\n".join(lines) + "\n"
 
 

@@ -17,16 +17,19 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from jobs.beat.entries import schedule_of
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.models import BeatHeartbeat, Incident, IncidentKind, Job, JobKind, Node
-from jobs.schedule.kinds import At
-from jobs.schedule.slots import latest_slot, period_after
+from jobs.models import BeatHeartbeat, Blackout, Incident, IncidentKind, Job, JobKind, Node
+from jobs.schedule import calendars
+from jobs.schedule.kinds import At, Schedule
+from jobs.schedule.slots import latest_slot, period_after, slots_in
 
 log = logging.getLogger(__name__)
 
@@ -189,18 +192,31 @@ def expected_window(schedule: object, start_deadline: int, now: datetime) -> tim
 def check_overdue_jobs(now: datetime) -> list[int]:
     """Open an ``overdue`` incident for each enabled periodic job with no successful run
     within its expected window (counted from its last edit or resume at the earliest); resolve
-    those of jobs paused since. ``now`` is the database clock. The ids of the jobs overdue."""
+    those of jobs paused since. ``now`` is the database clock. The ids of the jobs overdue.
+
+    Not overdue: a job whose silence something else explains. Its ``failing`` or ``stuck``
+    incident is open (one incident per job and cause: a bad run joins an ``overdue`` incident
+    open before it, ``jobs/sql/alerts.sql``), or none of its slots in the window was one to
+    run: each was outside its active period, or skipped by its calendar or a blackout window.
+    """
     expectations = []
-    jobs = Job.objects.filter(kind=JobKind.PERIODIC, enabled=True).select_related(
-        "periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked"
+    jobs: dict[int, tuple[Job, Schedule]] = {}
+    candidates = (
+        Job.objects.filter(kind=JobKind.PERIODIC, enabled=True)
+        .exclude(pk__in=_explained_by_an_open_incident())
+        .select_related(
+            "periodic_task__interval", "periodic_task__crontab", "periodic_task__clocked"
+        )
     )
-    for job in jobs.iterator(chunk_size=2000):
+    for job in candidates.iterator(chunk_size=2000):
         try:
-            window = expected_window(schedule_of(job.periodic_task), job.start_deadline, now)
+            schedule = schedule_of(job.periodic_task)
+            window = expected_window(schedule, job.start_deadline, now)
         except (ValueError, TypeError):
             continue  # a schedule no beat can use: it shows its own error (schedule_errors)
-        if window is not None and job.updated_at < now - window:
+        if window is not None and schedule is not None and job.updated_at < now - window:
             expectations.append(Expectation(job.pk, now - window, window))
+            jobs[job.pk] = (job, schedule)
     succeeded: set[int] = set()
     if expectations:
         with connection.cursor() as cursor:
@@ -209,7 +225,9 @@ def check_overdue_jobs(now: datetime) -> list[int]:
                 [[e.job_id for e in expectations], [e.since for e in expectations]],
             )
             succeeded = {row[0] for row in cursor.fetchall()}
-    overdue = [e for e in expectations if e.job_id not in succeeded]
+    silent = [e for e in expectations if e.job_id not in succeeded]
+    blackouts = _blackouts([e.job_id for e in silent], min((e.since for e in silent), default=now))
+    overdue = [e for e in silent if _expected_to_run(*jobs[e.job_id], e.since, now, blackouts)]
     for e in overdue:
         summary = f"no successful run for {_span(e.window)} (its expected window)"
         _opened(
@@ -223,6 +241,54 @@ def check_overdue_jobs(now: datetime) -> list[int]:
     for job_id in paused:
         resolve_incidents(job_id, [IncidentKind.OVERDUE])
     return [e.job_id for e in overdue]
+
+
+def _explained_by_an_open_incident() -> QuerySet[Incident, Any]:
+    open_ = Incident.objects.filter(
+        kind__in=[IncidentKind.FAILING, IncidentKind.STUCK], resolved_at__isnull=True
+    )
+    return open_.exclude(job=None).values("job_id")
+
+
+# The slots of a window looked at one by one to find one the job was to run; a window with more
+# (a one-second schedule with a long start deadline) counts as expected to run.
+EXPLAINED_SLOTS_LIMIT = 1000
+
+
+def _blackouts(job_ids: list[int], since: datetime) -> list[Blackout]:
+    if not job_ids:
+        return []
+    return list(
+        Blackout.objects.filter(Q(job=None) | Q(job__in=job_ids), ends_at__gt=since).only(
+            "job_id", "starts_at", "ends_at"
+        )
+    )
+
+
+def _expected_to_run(
+    job: Job, schedule: Schedule, since: datetime, now: datetime, blackouts: list[Blackout]
+) -> bool:
+    """Whether one of ``job``'s slots after ``since`` and past its start deadline by ``now`` was
+    one to run: inside its active period, not skipped by its calendar nor a blackout window."""
+    until = now - timedelta(seconds=job.start_deadline)
+    window = slots_in(schedule, since, until, EXPLAINED_SLOTS_LIMIT)
+    if window.omitted:
+        return True
+    zone = calendars.time_zone_of(schedule)
+    for slot in window.slots:
+        if not calendars.is_active(slot, job.active_from, job.active_until) or job.expired(slot):
+            continue
+        if any(b.job_id in (None, job.pk) and b.starts_at <= slot < b.ends_at for b in blackouts):
+            continue
+        reason = calendars.skip_reason(
+            slot,
+            zone=zone,
+            business_days_only=job.business_days_only,
+            holiday_calendar=job.holiday_calendar,
+        )
+        if not reason:
+            return True
+    return False
 
 
 def _span(window: timedelta) -> str:

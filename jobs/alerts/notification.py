@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,9 +35,11 @@ class Notification:
     event: str
     body: dict[str, Any]
     subject: str
+    headline: str  # what ``text`` says, as plain text (no chat markup): the e-mail's first line
 
     @property
     def text(self) -> str:
+        """The Slack/Mattermost message: its markup escaped in what the rows say."""
         text: str = self.body["text"]
         return text
 
@@ -51,8 +54,31 @@ def sign(body: bytes, secret: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def _admin_url(view: str, pk: int) -> str:
-    return get_alerts_conf().public_url + reverse(f"admin:jobs_{view}_change", args=[pk])
+# Slack's and Mattermost's markup in a webhook's text: `<...>` is a link or a mention
+# (`<!channel>` pings everyone), `&` starts an entity; Mattermost's `@channel`, `@here`,
+# `@all` ping without brackets, so a word joiner after `@` keeps it from being read as one.
+# Every text from the cluster's rows (a job's name, an error) goes through it.
+_CHAT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "@": "@\u2060"})
+
+
+def chat_escape(text: str) -> str:
+    """``text`` shown as written in a Slack or Mattermost message, never as markup."""
+    return text.translate(_CHAT_ESCAPES)
+
+
+def header_text(text: str) -> str:
+    """``text`` as one line fit for a mail header: line breaks and other control characters
+    become spaces, so nothing in it can start a header of its own. (Django encodes what is not
+    ASCII, RFC 2047.)"""
+    printable = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in text)
+    return " ".join(printable.split())
+
+
+def _admin_url(view: str, pk: int) -> str | None:
+    """The admin page's absolute address; ``None`` without ``JOBS_PUBLIC_URL``: a relative
+    link opens nowhere from a chat message or an e-mail (``manage.py check`` warns)."""
+    base = get_alerts_conf().public_url
+    return base + reverse(f"admin:jobs_{view}_change", args=[pk]) if base else None
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -90,13 +116,15 @@ def build(incident: Incident, event: str, runs: Mapping[int, JobRun]) -> Notific
     if event == AlertEvent.OPENED:
         title = f"{subject_name} {what}" if job is not None else f"Cluster: {what}"
         detail = incident.summary.splitlines()[0][:300] if incident.summary else ""
-        text = f":rotating_light: [{incident.reason}] {title}" + (f": {detail}" if detail else "")
+        headline = f"[{incident.reason}] {title}" + (f": {detail}" if detail else "")
+        text = f":rotating_light: {chat_escape(headline)}"
     else:
         ended = incident.resolved_at or incident.opened_at
         lasted = _human((ended - incident.opened_at).total_seconds())
-        title = f"{subject_name}: resolved ({incident.kind}, after {lasted})"
-        text = f":white_check_mark: {title}"
-    text += f" <{incident_url}|incident #{incident.pk}>"
+        title = headline = f"{subject_name}: resolved ({incident.kind}, after {lasted})"
+        text = f":white_check_mark: {chat_escape(title)}"
+    name = f"incident #{incident.pk}"
+    text += f" <{incident_url}|{name}>" if incident_url else f" ({name})"
     body = {
         "event": event,
         "idempotency_key": idempotency_key(incident.pk, event),
@@ -121,12 +149,13 @@ def build(incident: Incident, event: str, runs: Mapping[int, JobRun]) -> Notific
         },
     }
     label = "RESOLVED" if event == AlertEvent.RESOLVED else incident.reason.upper()
-    subject = f"[jobs] {label}: {title}"
+    subject = header_text(f"[jobs] {label}: {title}")
     return Notification(
         idempotency_key=idempotency_key(incident.pk, event),
         event=event,
         body=body,
         subject=subject[:200],
+        headline=headline,
     )
 
 

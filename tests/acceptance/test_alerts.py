@@ -31,6 +31,13 @@ from jobs.models import AlertDelivery, BeatHeartbeat, Incident, Job, JobRun, Run
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job, run_now
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.support.continuous_cluster import (
+    TAKEOVER_BOUND,
+    add_continuous_jobs,
+    live_holders,
+    node_named,
+    use_continuous_jobs,
+)
 from tests.support.job_factory import new_job
 from tests.support.webhook_receiver import Receiver
 
@@ -45,6 +52,8 @@ def _alerting(cluster: Cluster, receiver: Receiver) -> None:
     cluster.env.update(
         JOBS_ALERT_WEBHOOK_URL=receiver.url,
         JOBS_ALERT_WEBHOOK_SECRET=SECRET,
+        # The receiver listens on 127.0.0.1, a loopback target.
+        JOBS_ALERT_ALLOW_PRIVATE_TARGETS="1",
         JOBS_MAINTENANCE_INTERVAL="0.5",
     )
 
@@ -170,6 +179,36 @@ def test_a_run_killed_mid_run_is_one_lost_alert(cluster: Cluster, tmp_path: Path
     (opened,) = [r.payload for r in receiver.accepted() if r.payload.get("job")]
     assert opened["incident"]["reason"] == "lost" and opened["runs"]["last"]["id"] == run.pk
     assert Job.objects.get(name="long").incidents.get().resolved_at is None
+
+
+def test_a_continuous_jobs_lost_incident_resolves_once_it_runs_on_a_live_node(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    with Receiver() as receiver:
+        _alerting(cluster, receiver)
+        log = use_continuous_jobs(cluster, tmp_path)
+        (key,) = add_continuous_jobs(cluster, log, ["poller"])
+        _start(cluster, beats=1, workers=2)
+        wait_for(lambda: key in live_holders(), timeout=START_TIMEOUT, what="the poller running")
+        holder = live_holders()[key][0]
+        victim = next(name for name in ("w0", "w1") if node_named(name) == holder)
+        cluster.kill(victim, signal.SIGKILL)
+        wait_for(
+            lambda: live_holders().get(key, (holder,))[0] != holder,
+            timeout=TAKEOVER_BOUND + 30,
+            what="the poller on the other node",
+        )
+        _wait_told(receiver, "poller", "resolved", what="the lost incident's resolution")
+        _stop_once_the_outbox_is_empty(cluster)
+    # One incident: the dead node's tenure lost, resolved by the tenure that took over; told
+    # once each way.
+    incident = Job.objects.get(name="poller").incidents.get()
+    assert (incident.kind, incident.reason) == ("failing", "lost")
+    assert incident.last_run_id is not None and incident.resolved_by_run_id is not None
+    assert JobRun.objects.get(pk=incident.last_run_id).node == holder
+    moved = JobRun.objects.get(pk=incident.resolved_by_run_id)
+    assert moved.node != holder and moved.trigger == "continuous"
+    assert [event for event, _ in _of_job(receiver, "poller")] == ["opened", "resolved"]
 
 
 def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(

@@ -85,12 +85,18 @@ def alerts_to() -> Iterator[Callable[..., None]]:
     """Point the alert settings somewhere for one test (they are read once, then cached)."""
     with overriding(get_alerts_conf) as override:
 
-        def configure(url: str = "", emails: tuple[str, ...] = ()) -> None:
+        def configure(
+            url: str = "",
+            emails: tuple[str, ...] = (),
+            public_url: str = "https://jobs.example.com",
+        ) -> None:
             override(
                 JOBS_ALERT_WEBHOOK_URL=url,
                 JOBS_ALERT_WEBHOOK_SECRET=ALERT_SECRET,
                 JOBS_ALERT_EMAILS=list(emails),
-                JOBS_PUBLIC_URL="https://jobs.example.com",
+                JOBS_PUBLIC_URL=public_url,
+                # The suite's receivers listen on 127.0.0.1, a loopback target.
+                JOBS_ALERT_ALLOW_PRIVATE_TARGETS=True,
             )
 
         yield configure

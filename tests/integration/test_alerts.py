@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -17,14 +18,16 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+import tests.support.jobs_continuous  # noqa: F401  (registers the continuous functions)
 from jobs import timestamps
 from jobs.alerts import sender
 from jobs.alerts.detect import open_incident, resolve_incidents
+from jobs.continuous import tenures
 from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import AlertDelivery, AuditEntry, Incident, Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
-from tests.support.job_factory import run_here
+from tests.support.job_factory import new_job, run_here
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -310,3 +313,67 @@ def test_the_cli_shows_and_sets_a_jobs_alerts(make_job: Callable[..., Job]) -> N
         _jobs("alerts", "nightly", "--reasons", "late")
     _jobs("alerts", "nightly", "--reasons", "all")
     assert Job.objects.get(name="nightly").alert_reasons == []
+
+
+def test_a_continuous_jobs_lost_tenure_is_resolved_by_the_tenure_that_took_over(
+    tmp_path: Path,
+) -> None:
+    job = new_job("poller", "tests.continuous.step", None, log=tmp_path / "continuous.log")
+    first = lease.acquire(job.lock_key, "a@h:1:continuous", 30)
+    assert first is not None
+    dead = tenures.begin(job_id=job.pk, key=first.key, token=first.token, node="a@h", pid=1)
+    assert lease.force_release(job.lock_key)  # its node died: the lease lapsed
+    taken = lease.acquire(job.lock_key, "b@h:1:continuous", 30)
+    assert taken is not None
+    # One statement records the dead node's tenure lost and the new one running.
+    moved = tenures.begin(job_id=job.pk, key=taken.key, token=taken.token, node="b@h", pid=2)
+    assert moved.orphans_closed == 1
+    incident = Incident.objects.get(job=job)
+    assert (incident.kind, incident.reason) == ("failing", "lost")
+    assert incident.last_run_id == dead.run_id
+    # The job runs again on a live node: the incident is over, told once each way.
+    assert incident.resolved_at is not None and incident.resolved_by_run_id == moved.run_id
+    assert _events(job) == [
+        ("opened", "email"),
+        ("opened", "webhook"),
+        ("resolved", "email"),
+        ("resolved", "webhook"),
+    ]
+
+
+def test_a_tenure_lost_with_no_live_successor_keeps_its_incident_open(tmp_path: Path) -> None:
+    job = new_job("poller", "tests.continuous.step", None, log=tmp_path / "continuous.log")
+    held = lease.acquire(job.lock_key, "a@h:1:continuous", 30)
+    assert held is not None
+    tenures.begin(job_id=job.pk, key=held.key, token=held.token, node="a@h", pid=1)
+    assert lease.force_release(job.lock_key)
+    assert len(tenures.close_orphans()) == 1
+    assert Incident.objects.get(job=job).resolved_at is None
+
+
+def test_the_admin_shows_no_next_attempt_for_a_dropped_delivery(
+    make_job: Callable[..., Job], admin_client: Client, alerts_to: Callable[..., None]
+) -> None:
+    alerts_to()  # no channel configured: the notifications are dropped, never tried again
+    job = make_job("flaky", task="tests.fail")
+    run_here(job)
+    assert sender.drain("test-sender") == 2
+    assert set(AlertDelivery.objects.values_list("state", flat=True)) == {"dropped"}
+    run_here(make_job("other", task="tests.fail"))  # two pending ones: they have one
+    dropped_page = f"/admin/jobs/incident/{job.incidents.get().pk}/change/"
+    for url, expected in (
+        ("/admin/jobs/alertdelivery/", {"dropped": 2, "pending": 2}),
+        (dropped_page, {"dropped": 2}),
+    ):
+        page = admin_client.get(url).content.decode()
+        cells = [
+            re.sub(r"<[^>]+>", "", cell).strip()
+            for cell in re.findall(r'class="field-next_attempt[^"]*">(.*?)</td>', page, re.S)
+        ]
+        assert cells.count("-") == expected["dropped"], (url, cells)
+        assert len(cells) - cells.count("-") == expected.get("pending", 0), (url, cells)
+    dropped = AlertDelivery.objects.filter(state="dropped").first()
+    assert dropped is not None
+    page = admin_client.get(f"/admin/jobs/alertdelivery/{dropped.pk}/change/").content.decode()
+    shown = re.search(r'field-next_attempt.*?<div class="readonly">(.*?)</div>', page, re.S)
+    assert shown is not None and shown.group(1).strip() == "-"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -18,6 +18,7 @@ from jobs.database_clock import database_now
 from jobs.models import (
     AlertDelivery,
     BeatHeartbeat,
+    Blackout,
     Incident,
     Job,
     JobRun,
@@ -199,6 +200,78 @@ def test_a_paused_job_is_not_overdue(make_job: Callable[..., Job]) -> None:
     Job.objects.filter(pk=job.pk).update(enabled=False)
     assert detect.check_overdue_jobs(database_now()) == []
     assert Incident.objects.get().resolved_at is not None
+
+
+def test_a_blackout_over_its_slots_explains_a_silence(make_job: Callable[..., Job]) -> None:
+    frozen = make_job("frozen", schedule=Every(60), start_deadline=30)
+    other = make_job("other", schedule=Every(60), start_deadline=30)
+    for job in (frozen, other):
+        _age(job, 3600)
+    now = database_now()
+    Blackout.objects.create(
+        name="release-freeze", job=frozen, starts_at=now - timedelta(hours=2), ends_at=now
+    )
+    # The window's slots are all inside the freeze: no run was due, nothing is overdue; the
+    # other job's silence has no such reason.
+    assert detect.check_overdue_jobs(now) == [other.pk]
+    assert not Incident.objects.filter(job=frozen).exists()
+    # A window of every job explains both; once it is over, so is the excuse.
+    Blackout.objects.update(job=None, ends_at=now + timedelta(hours=1))
+    assert detect.check_overdue_jobs(now) == []
+    Blackout.objects.update(ends_at=now - timedelta(minutes=30))
+    assert sorted(detect.check_overdue_jobs(now)) == sorted([frozen.pk, other.pk])
+
+
+def test_a_calendar_without_a_business_day_in_the_window_explains_a_silence(
+    make_job: Callable[..., Job],
+) -> None:
+    weekdays = make_job("weekdays", schedule=Cron("0 9 * * *"), business_days_only=True)
+    daily = make_job("daily", schedule=Cron("0 9 * * *"))
+    for job in (weekdays, daily):
+        _age(job, 30 * 86400)
+    # Monday 08:00 UTC: the window (2 days + the deadline) holds Saturday's and Sunday's 09:00.
+    monday = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    assert detect.check_overdue_jobs(monday) == [daily.pk]
+    # Tuesday 08:00: Monday's 09:00 was a business day, and no run succeeded.
+    assert sorted(detect.check_overdue_jobs(monday + timedelta(days=1))) == sorted(
+        [weekdays.pk, daily.pk]
+    )
+
+
+def test_a_job_outside_its_active_period_is_not_overdue(make_job: Callable[..., Job]) -> None:
+    now = database_now()
+    job = make_job("season", schedule=Every(60), start_deadline=30)
+    Job.objects.filter(pk=job.pk).update(active_from=now + timedelta(days=1))
+    _age(job, 3600)
+    assert detect.check_overdue_jobs(now) == []
+
+
+def test_a_failing_job_is_one_incident_not_also_overdue(make_job: Callable[..., Job]) -> None:
+    job = make_job("broken", schedule=Every(60), start_deadline=30)
+    _age(job, 3600)
+    failed = JobRun.objects.create(
+        job=job, scheduled_for=timezone.now(), status=RunStatus.FAILED, error="boom"
+    )
+    assert detect.check_overdue_jobs(database_now()) == []
+    incident = Incident.objects.get(job=job)
+    assert (incident.kind, incident.last_run_id) == ("failing", failed.pk)
+
+
+def test_a_bad_run_of_an_overdue_job_joins_its_overdue_incident(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("silent", schedule=Every(60), start_deadline=30)
+    _age(job, 3600)
+    assert detect.check_overdue_jobs(database_now()) == [job.pk]
+    failed = JobRun.objects.create(
+        job=job, scheduled_for=timezone.now(), status=RunStatus.FAILED, error="boom"
+    )
+    incident = Incident.objects.get(job=job)  # one incident for one cause: no success
+    assert (incident.kind, incident.last_run_id, incident.bad_runs) == ("overdue", failed.pk, 2)
+    assert sorted(AlertDelivery.objects.values_list("event", flat=True)) == ["opened", "opened"]
+    _succeeded(job, duration=1, ago=1)
+    incident.refresh_from_db()
+    assert incident.resolved_at is not None
 
 
 # --- the cluster ------------------------------------------------------------------------------

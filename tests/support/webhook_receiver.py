@@ -30,8 +30,9 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, fail_first: int = 0, delay: float = 0.0) -> None:
+    def __init__(self, fail_first: int = 0, delay: float = 0.0, redirect_to: str = "") -> None:
         self.fail_first = fail_first
+        self.redirect_to = redirect_to  # answer every POST 302 to this URL
         self.delay = delay  # seconds before answering (a slow receiver)
         self.received: list[Received] = []
         self._lock = threading.Lock()
@@ -43,8 +44,11 @@ class Receiver:
                 time.sleep(receiver.delay)
                 with receiver._lock:
                     status = 500 if len(receiver.received) < receiver.fail_first else 200
+                    status = 302 if receiver.redirect_to else status
                     receiver.received.append(Received(dict(self.headers.items()), body, status))
                 self.send_response(status)
+                if receiver.redirect_to:
+                    self.send_header("Location", receiver.redirect_to)
                 self.end_headers()
                 self.wfile.write(b"busy" if status == 500 else b"ok")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -32,12 +33,15 @@ BODY: dict[str, Any] = {
 NOTIFICATION = Notification(
     idempotency_key="incident-7-opened", event="opened", body=BODY,
     subject="[jobs] FAILED: job report is failing",
+    headline="[failed] job report is failing",
 )  # fmt: skip
 
 
 def _conf(**values: Any) -> AlertsConf:
+    # The suite's receivers listen on 127.0.0.1: a loopback target, refused unless allowed.
     fields: dict[str, Any] = {
-        "webhook_url": "", "webhook_secret": "", "emails": (), "public_url": "", **values,
+        "webhook_url": "", "webhook_secret": "", "emails": (), "public_url": "",
+        "allow_private_targets": True, **values,
     }  # fmt: skip
     return AlertsConf(**fields)
 
@@ -79,7 +83,7 @@ def test_the_email_says_what_the_incident_is_with_its_links(mailoutbox: list[Any
     assert message.to == ["ops@example.com"]
     assert message.extra_headers["Idempotency-Key"] == "incident-7-opened"
     lines = message.body.splitlines()
-    assert lines[0] == BODY["text"]
+    assert lines[0] == NOTIFICATION.headline  # plain: no chat markup in an e-mail
     assert "Incident #7 (failing, reason failed)" in lines and "Bad runs: 2" in lines
     assert "last run: #12 failed http://jobs/admin/jobs/jobrun/12/change/" in lines
     assert not any(line.startswith("first run") for line in lines)  # pruned: no status
@@ -97,3 +101,40 @@ def test_a_failing_mail_server_is_a_failed_delivery(monkeypatch: pytest.MonkeyPa
 
 def test_each_channel_has_its_sender() -> None:
     assert {"webhook": send_webhook, "email": send_email} == SENDERS
+
+
+@pytest.fixture
+def resolving_to_loopback(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A public-looking name that resolves to 127.0.0.1 (what DNS rebinding makes of one)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        return real("127.0.0.1" if host == "hooks.example.com" else host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return "hooks.example.com"
+
+
+def test_a_name_resolving_to_a_non_public_address_is_refused_when_sending(
+    resolving_to_loopback: str,
+) -> None:
+    with Receiver() as receiver:
+        port = urlsplit(receiver.url).port
+        url = f"http://{resolving_to_loopback}:{port}/services/secret-path"
+        # Accepted when read (a name), refused once resolved, before anything is sent.
+        conf = _conf(webhook_url=url, webhook_secret=SECRET, allow_private_targets=False)
+        with pytest.raises(DeliveryFailed, match=r"127\.0\.0\.1 \(loopback\)") as refused:
+            send_webhook(NOTIFICATION, conf)
+        assert receiver.received == []
+        assert "secret-path" not in str(refused.value)
+        # The same name and receiver, allowed: the refusal was the address's, nothing else.
+        send_webhook(NOTIFICATION, _conf(webhook_url=url, webhook_secret=SECRET))
+    assert len(receiver.accepted()) == 1
+
+
+def test_a_redirect_is_not_followed() -> None:
+    with Receiver() as elsewhere, Receiver(redirect_to=elsewhere.url) as redirecting:
+        conf = _conf(webhook_url=redirecting.url, webhook_secret=SECRET)
+        with pytest.raises(DeliveryFailed, match="HTTP 302"):
+            send_webhook(NOTIFICATION, conf)
+    assert len(redirecting.received) == 1 and elsewhere.received == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.test import override_settings
 
 from jobs import checks
+from jobs.conf import get_alerts_conf
+from tests.support.cached_settings import overriding
 
 
 def test_a_beat_on_django_celery_beats_scheduler_is_named() -> None:
@@ -30,3 +32,14 @@ def test_half_the_pooler_options_is_named() -> None:
     assert "DATABASE_POOLER=transaction" in str(warning.hint)
     (warning,) = checks.pooler_options_problems({"DISABLE_SERVER_SIDE_CURSORS": True})
     assert warning.id == "jobs.W002"
+
+
+def test_alerts_without_a_public_url_are_named() -> None:
+    with overriding(get_alerts_conf) as override:
+        override(JOBS_ALERT_EMAILS=["ops@example.com"], JOBS_PUBLIC_URL="")
+        (warning,) = checks.check_public_url()
+        assert warning.id == "jobs.W003" and "JOBS_PUBLIC_URL" in warning.msg
+        override(JOBS_PUBLIC_URL="https://jobs.example.com")
+        assert checks.check_public_url() == []
+        override(JOBS_ALERT_EMAILS=[], JOBS_PUBLIC_URL="")
+        assert checks.check_public_url() == []  # no channel: nothing is sent, nothing to link

@@ -58,3 +58,38 @@ def test_the_signature_is_the_hmac_sha256_of_the_body() -> None:
     # The published test vector of RFC 4231 (test case 2).
     expected = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
     assert sign(b"what do ya want for nothing?", "Jefe") == f"sha256={expected}"
+
+
+@pytest.mark.parametrize(
+    ("host", "kind"),
+    [
+        ("169.254.169.254", "link-local"),  # a cloud's metadata service
+        ("127.0.0.1:6379", "loopback"),  # the broker
+        ("[::1]", "loopback"),
+        ("[::ffff:127.0.0.1]", "loopback"),
+        ("localhost:8000", "loopback name"),
+        ("10.1.2.3", "private"),
+        ("0.0.0.0", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("[fe80::1]", "link-local"),
+        ("[fd00::1]", "private"),
+        ("100.64.0.1", "non-public"),  # shared address space (carrier-grade NAT)
+    ],
+)
+def test_a_webhook_to_a_non_public_address_is_refused_naming_the_setting(
+    host: str, kind: str
+) -> None:
+    url = f"http://{host}/services/T0/B0/secret-path"
+    with pytest.raises(ImproperlyConfigured, match="JOBS_ALERT_WEBHOOK_URL") as refused:
+        _conf(webhook_url=url, webhook_secret=SECRET)
+    message = str(refused.value)
+    assert kind in message and "JOBS_ALERT_ALLOW_PRIVATE_TARGETS" in message
+    assert "secret-path" not in message  # the host only: the path is often the secret
+    allowed = _conf(webhook_url=url, webhook_secret=SECRET, allow_private_targets=True)
+    assert allowed.webhook_url == url
+
+
+def test_a_webhook_to_a_public_address_or_a_name_is_accepted() -> None:
+    for url in ("https://hooks.slack.com/services/T/B/x", "https://93.184.215.14/hook"):
+        assert _conf(webhook_url=url, webhook_secret=SECRET).webhook_url == url

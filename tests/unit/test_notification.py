@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from jobs.alerts import notification
+from jobs.conf import get_alerts_conf
 from jobs.models import AlertEvent, Incident, IncidentKind, Job, JobRun, RunStatus, Trigger
+from tests.support.cached_settings import overriding
 
 OPENED_AT = datetime(2026, 11, 23, 22, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def public_url() -> Iterator[None]:
+    """Links need the deployment's address (without it they are left out)."""
+    with overriding(get_alerts_conf) as override:
+        override(JOBS_PUBLIC_URL="https://jobs.example.com")
+        yield
 
 
 def _incident(**fields: object) -> Incident:
@@ -42,7 +55,9 @@ def test_an_opened_incident_of_a_job_says_what_and_why_with_its_runs() -> None:
     built = notification.build(_incident(), AlertEvent.OPENED, {12: last})
     assert built.idempotency_key == "incident-7-opened" and built.event == "opened"
     assert built.text.startswith(":rotating_light: [failed] job report is failing: ValueError")
-    assert "|incident #7>" in built.text
+    assert built.text.endswith(
+        " <https://jobs.example.com/admin/jobs/incident/7/change/|incident #7>"
+    )
     assert built.subject == "[jobs] FAILED: job report is failing"
     assert built.body["job"]["name"] == "report" and built.body["incident"]["bad_runs"] == 2
     assert built.body["runs"]["first"] == {"id": 11}  # pruned since: its id alone
