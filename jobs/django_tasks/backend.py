@@ -82,9 +82,9 @@ class ClusterTaskBackend(BaseTaskBackend):
         if current_app.conf.task_always_eager:
             # A project's tests: the run goes through the runner here and now, under its lease,
             # as GuardedTask's calls do (jobs.calls).
-            from jobs.guard.runner import execute_run
+            from jobs.guard.runner import execute_eagerly
 
-            execute_run(run.pk, task_id=messages.task_id_for(run.pk), node="eager")
+            execute_eagerly(run.pk, task_id=messages.task_id_for(run.pk))
             return results.result_of_run(run.pk, backend=self.alias)
         routed = _routed(run.job, task, declared=spec.func)
         transaction.on_commit(lambda: calls.publish_call(routed, run), robust=True)
