@@ -319,6 +319,17 @@ def test_enqueue_with_invalid_argument(sent: list[str]) -> None:
     assert sent == [] and not JobRun.objects.exists()
 
 
+def test_enqueue_with_wrong_arguments(sent: list[str]) -> None:
+    """Deliberately different: Django's backends accept the enqueue and the task fails with
+    TypeError when it runs. Here the arguments are checked against the function's signature at
+    enqueue, as for any guarded call: no run is recorded that could never succeed."""
+    with pytest.raises(TypeError, match="argument"):
+        test_tasks.calculate_meaning_of_life.enqueue(1)
+    with pytest.raises(TypeError, match="argument"):
+        test_tasks.check_context.enqueue()
+    assert sent == [] and not JobRun.objects.exists()
+
+
 def test_enqueue_with_bytes_argument(worker: Cluster) -> None:
     """Django's normalize_json, as its TaskResult applies it: UTF-8 bytes are text, tuples
     lists, in the result and in the call on the worker."""
