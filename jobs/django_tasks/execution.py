@@ -49,7 +49,7 @@ def send_finished(claim: Claim) -> None:
     recorded stands."""
     if not registry.is_django_task(claim.job.task):
         return
-    task = registry.get(claim.job.task).func
+    task: Any = registry.get(claim.job.task).func
     try:
         result = results.result_of_run(claim.run_id, backend=task.backend)
         if result.is_finished:

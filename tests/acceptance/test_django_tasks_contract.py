@@ -193,14 +193,15 @@ def test_complex_return_value(worker: Cluster) -> None:
 
 
 def test_result(worker: Cluster) -> None:
-    result = default_task_backend.enqueue(_on(worker, test_tasks.calculate_meaning_of_life), [], {})
+    task = _on(worker, test_tasks.calculate_meaning_of_life)
+    result: Any = default_task_backend.enqueue(task, [], {})
     _finished(result)
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
 
 
 def test_result_async(worker: Cluster) -> None:
     task = _on(worker, test_tasks.calculate_meaning_of_life)
-    result = async_to_sync(default_task_backend.aenqueue)(task, [], {})
+    result: Any = async_to_sync(default_task_backend.aenqueue)(task, [], {})
     _finished(result)
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
 
@@ -324,9 +325,9 @@ def test_enqueue_with_wrong_arguments(sent: list[str]) -> None:
     TypeError when it runs. Here the arguments are checked against the function's signature at
     enqueue, as for any guarded call: no run is recorded that could never succeed."""
     with pytest.raises(TypeError, match="argument"):
-        test_tasks.calculate_meaning_of_life.enqueue(1)
+        test_tasks.calculate_meaning_of_life.enqueue(1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="argument"):
-        test_tasks.check_context.enqueue()
+        test_tasks.check_context.enqueue()  # type: ignore[call-arg]
     assert sent == [] and not JobRun.objects.exists()
 
 
@@ -341,12 +342,12 @@ def test_enqueue_with_bytes_argument(worker: Cluster) -> None:
 
 
 def test_get_result(sent: list[str]) -> None:
-    result = default_task_backend.enqueue(test_tasks.noop_task, (), {})
+    result = default_task_backend.enqueue(test_tasks.noop_task, [], {})
     assert test_tasks.noop_task.get_result(result.id) == result
 
 
 def test_get_result_async(sent: list[str]) -> None:
-    result = async_to_sync(default_task_backend.aenqueue)(test_tasks.noop_task, (), {})
+    result = async_to_sync(default_task_backend.aenqueue)(test_tasks.noop_task, [], {})
     assert async_to_sync(test_tasks.noop_task.aget_result)(result.id) == result
 
 
@@ -358,7 +359,7 @@ def test_get_missing_result() -> None:
 
 
 def test_get_incorrect_result(sent: list[str]) -> None:
-    result = default_task_backend.enqueue(test_tasks.noop_task_async, (), {})
+    result = default_task_backend.enqueue(test_tasks.noop_task_async, [], {})
     with pytest.raises(TaskResultMismatch, match="Task does not match"):
         test_tasks.noop_task.get_result(result.id)
 
