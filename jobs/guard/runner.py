@@ -21,7 +21,7 @@ from typing import Any
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import dispatch, logcontext, messages, registry
+from jobs import dispatch, jsonvalues, logcontext, messages, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import (
@@ -418,9 +418,14 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
 
 
 def _as_json(value: Any) -> str | None:
+    """A job's return value as its run stores it: JSON, or the ``repr`` of a value JSON cannot
+    hold, nor ``jsonb`` (``NaN``, a NUL character: the finish itself would fail, and the run be
+    recorded lost). A Django task's value was already held to Django's rule (it fails the task)."""
     if value is None:
         return None
     try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
+        text = json.dumps(value)
+        jsonvalues.check_storable(json.loads(text))
+    except (TypeError, ValueError, RecursionError):
         return json.dumps(repr(value))
+    return text

@@ -68,6 +68,18 @@ def test_a_job_that_exits_is_failed_at_once_and_gives_its_lease_back(
     assert lease.acquire("job:j", "someone", 30) is not None
 
 
+@pytest.mark.parametrize(("kind", "stored"), [("nan", "nan"), ("nul", "'a\\x00b'"), ("set", "{1}")])
+def test_a_return_value_json_cannot_store_is_kept_as_its_repr(
+    make_job: Callable[..., Job], kind: str, stored: str
+) -> None:
+    """A job's rule (a Django task fails instead, as Django's backends do): the run succeeded,
+    and its finish, which jsonb would refuse NaN or NUL in, goes through."""
+    run = new_run(make_job(task="tests.returns", kwargs={"kind": kind}))
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (run.status, run.result) == (RunStatus.SUCCEEDED, stored)
+
+
 def test_the_workers_own_shutdown_is_not_the_jobs_outcome(make_job: Callable[..., Job]) -> None:
     """Celery's hard shutdown raises WorkerTerminate wherever a solo worker's main thread is:
     it ends the process, and the run is left to be recorded lost."""

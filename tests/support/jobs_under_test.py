@@ -157,3 +157,9 @@ def exit_by(ctx: JobContext, how: str) -> None:
     if how == "WorkerTerminate":
         raise WorkerTerminate(1)
     raise KeyboardInterrupt
+
+
+@job("tests.returns")
+def returns(ctx: JobContext, kind: str) -> object:
+    """Returns a value JSON cannot hold, or ``jsonb`` cannot store."""
+    return {"nan": float("nan"), "nul": "a\x00b", "set": {1}}[kind]
