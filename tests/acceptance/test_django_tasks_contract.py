@@ -36,7 +36,12 @@ from jobs.models import JobRun
 from tests.acceptance.conftest import Cluster, new_cluster, wait_for
 from tests.support import django_contract_tasks as test_tasks
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.acceptance,
+    pytest.mark.django_db(transaction=True),
+    # One pytest process runs them all (make test's --dist loadgroup): one worker for the module.
+    pytest.mark.xdist_group("django_tasks_contract"),
+]
 
 BACKEND = "jobs.django_tasks.backend.ClusterTaskBackend"
 # Every queue is allowed in this process: the worker's is the module's own.
