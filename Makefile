@@ -64,7 +64,7 @@ nemesis: $(INSTALLED)
 		tests/nemesis/test_nemesis.py -p no:xdist -s -q $(PYTEST_ARGS)
 
 # The same suite, run the same way (embedded services, side by side), on Django 6.0 and
-# Python 3.12: CI runs it on tests/unit, tests/integration and the Django Tasks cluster scenario.
+# Python 3.12: CI runs it on tests/unit, tests/integration and the Django Tasks acceptance modules.
 test-django6: $(INSTALLED_DJANGO6) chromium rabbitmq-server faketime promtool pgbouncer
 	$(BIN_DJANGO6)/python -m devtools test $(PYTEST_ARGS)
 

@@ -170,9 +170,9 @@ def _run_eagerly(caller: Caller, run_id: int, task_id: str) -> EagerResult:
     """``task_always_eager`` (a project's tests): the run goes through the runner here and
     now, under its lease, as a worker would run it; Celery's ``EagerResult`` tells the outcome
     (``task_eager_propagates`` raises a failure, as for any eager task)."""
-    from jobs.guard.runner import execute_run  # the runner imports the whole guard
+    from jobs.guard.runner import execute_eagerly  # the runner imports the whole guard
 
-    delivery = execute_run(run_id, task_id=task_id, node="eager")
+    delivery = execute_eagerly(run_id, task_id=task_id)
     try:
         value: Any = report(delivery)
     except Exception as exc:

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import messages, registry
-from jobs.django_tasks.framework import AVAILABLE, BaseTaskBackend, tasks
+from jobs.django_tasks.framework import AVAILABLE, BaseTaskBackend, normalize_json, tasks
 from jobs.exceptions import NoJobForCall
 
 # Django's priorities run from -100 to 100 (higher first), a job's from 0 to 9 (9 first).
@@ -62,12 +62,15 @@ class ClusterTaskBackend(BaseTaskBackend):
 
         self.validate_task(task)
         spec = registry.get(task.module_path)
+        # Django's rule, as its TaskResult applies it: UTF-8 bytes become text, tuples lists;
+        # a type JSON has no form of is refused here (TypeError), before anything is recorded.
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
 
         def record() -> Any:
             return calls.call(
                 calls.Caller(spec.name, job=spec.name),
-                list(args),
-                dict(kwargs),
+                args,
+                kwargs,
                 start_at=task.run_after or timezone.now(),
                 publish=False,
             )
@@ -82,9 +85,9 @@ class ClusterTaskBackend(BaseTaskBackend):
         if current_app.conf.task_always_eager:
             # A project's tests: the run goes through the runner here and now, under its lease,
             # as GuardedTask's calls do (jobs.calls).
-            from jobs.guard.runner import execute_run
+            from jobs.guard.runner import execute_eagerly
 
-            execute_run(run.pk, task_id=messages.task_id_for(run.pk), node="eager")
+            execute_eagerly(run.pk, task_id=messages.task_id_for(run.pk))
             return results.result_of_run(run.pk, backend=self.alias)
         routed = _routed(run.job, task, declared=spec.func)
         transaction.on_commit(lambda: calls.publish_call(routed, run), robust=True)

@@ -12,15 +12,20 @@ from typing import Any
 
 tasks: Any
 BaseTaskBackend: Any
+# Django's rule for a task's arguments and return value (django.utils.json, Django 6.0).
+normalize_json: Any
 try:
     import django.tasks.backends.base as _backends  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # Django 5.2
     AVAILABLE = False
     tasks = None
     BaseTaskBackend = object
+    normalize_json = None
 else:
     import django.tasks  # type: ignore[import-not-found,unused-ignore]
+    import django.utils.json as _json  # type: ignore[import-not-found,unused-ignore]
 
     AVAILABLE = True
     tasks = django.tasks
     BaseTaskBackend = _backends.BaseTaskBackend
+    normalize_json = _json.normalize_json

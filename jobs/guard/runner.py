@@ -18,9 +18,10 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
+from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import dispatch, logcontext, messages, registry
+from jobs import dispatch, jsonvalues, logcontext, messages, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import (
@@ -66,6 +67,16 @@ def execute_run(run_id: int, *, task_id: str, node: str) -> Delivery:
     holder = f"{node}:{os.getpid()}:run-{run_id}"
     with reconnect.delivering(run_id) as alone:
         return _execute(run_id, task_id=task_id, node=node, holder=holder, may_reclaim=alone)
+
+
+def execute_eagerly(run_id: int, *, task_id: str) -> Delivery:
+    """``execute_run`` here and now, in the caller's process (``task_always_eager``). A
+    ``KeyboardInterrupt`` is recorded failed as on a worker, then raised again: here it may be
+    the user's Ctrl-C, and it must still stop the program (as Django's ImmediateBackend does)."""
+    delivery = execute_run(run_id, task_id=task_id, node="eager")
+    if isinstance(delivery.cause, KeyboardInterrupt):
+        raise delivery.cause
+    return delivery
 
 
 def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: bool) -> Delivery:
@@ -387,7 +398,15 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
         # The worker's shutdown sets ctx.stopping too; what the function then returns counts.
         with shutdown_notice.watching(ctx.stopping):
             value: Any = spec.call(ctx, job.args, job.kwargs)
-    except Exception as exc:
+    except (WorkerShutdown, WorkerTerminate):
+        # The worker's own end (a solo pool's hard shutdown raises it wherever the main thread
+        # is): not the job's outcome. The process ends; the run is recorded lost.
+        raise
+    # Not Exception only: SystemExit (sys.exit()) and KeyboardInterrupt raised by the job's own
+    # code are its failure, recorded now with the lease given back. Left to Celery they end the
+    # pool process, and the run would wait for its lease to lapse to be recorded lost. A pool
+    # process ignores SIGINT, so a KeyboardInterrupt there is always the code's own.
+    except BaseException as exc:
         return Outcome(
             RunStatus.FAILED,
             error=f"{type(exc).__name__}: {exc}",
@@ -399,9 +418,14 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
 
 
 def _as_json(value: Any) -> str | None:
+    """A job's return value as its run stores it: JSON, or the ``repr`` of a value JSON cannot
+    hold, nor ``jsonb`` (``NaN``, a NUL character: the finish itself would fail, and the run be
+    recorded lost). A Django task's value was already held to Django's rule (it fails the task)."""
     if value is None:
         return None
     try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
+        text = json.dumps(value)
+        jsonvalues.check_storable(json.loads(text))
+    except (TypeError, ValueError, RecursionError):
         return json.dumps(repr(value))
+    return text

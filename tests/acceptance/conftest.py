@@ -173,10 +173,19 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
 
 @pytest.fixture
 def cluster(transactional_db: None, tmp_path: Path) -> Iterator[Cluster]:
+    running = new_cluster(tmp_path / "logs")
+    try:
+        yield running
+    finally:
+        running.stop_all()
+
+
+def new_cluster(logs: Path) -> Cluster:
+    """A cluster of no process yet, on the test database, logging under ``logs`` (the
+    ``cluster`` fixture's; a module's own, for processes it shares between its tests)."""
     import tests.support.jobs_under_test
     import tests.support.plain_tasks  # noqa: F401  (plain Celery tasks, scheduled as they are)
 
-    logs = tmp_path / "logs"
     logs.mkdir()
     env = dict(os.environ)
     env.update(
@@ -187,11 +196,7 @@ def cluster(transactional_db: None, tmp_path: Path) -> Iterator[Cluster]:
         DJANGO_SETTINGS_MODULE="project.settings",
         PYTHONPATH=str(ROOT),
     )
-    running = Cluster(env=env, queue=f"acceptance-{uuid.uuid4().hex[:8]}", logs=logs)
-    try:
-        yield running
-    finally:
-        running.stop_all()
+    return Cluster(env=env, queue=f"acceptance-{uuid.uuid4().hex[:8]}", logs=logs)
 
 
 def has_rabbitmqctl() -> bool:

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from jobs import registry
 from jobs.django_tasks.backend import ClusterTaskBackend
+from jobs.guard import lease as lease_module
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobKind, JobRun, Lease, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
@@ -356,3 +357,133 @@ def test_under_task_always_eager_enqueue_runs_here_under_its_lease(
     assert sent == [], "nothing published"
     run = _run(result)
     assert run.lease_key == f"job:{ADD}:run-{run.pk}" and run.fencing_token is not None
+
+
+def test_a_task_that_calls_sys_exit_is_failed_at_once_and_gives_its_lease_back(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    result = django_tasks.exit_by.enqueue("sys.exit")
+    done = _work(result)
+    assert done.status == TaskResultStatus.FAILED
+    [error] = done.errors
+    assert error.exception_class is SystemExit
+    assert error.traceback.endswith("SystemExit: 1\n")
+    run = _run(result)
+    assert lease_module.acquire(run.lease_key, "someone", 30) is not None, "lease given back"
+
+
+def test_a_keyboard_interrupt_is_failed_and_under_eager_raised_again(
+    sent: list[tuple[str, dict[str, Any]]], request: pytest.FixtureRequest
+) -> None:
+    """On a worker it can only be the task's own: a failure. Run here (task_always_eager), it
+    may be the user's Ctrl-C: recorded failed, then raised, as Django's ImmediateBackend lets
+    it through."""
+    on_worker = _work(django_tasks.exit_by.enqueue("KeyboardInterrupt"))
+    assert on_worker.status == TaskResultStatus.FAILED
+    assert on_worker.errors[0].exception_class is KeyboardInterrupt
+    conf = current_app.conf
+    conf.update(task_always_eager=True)
+    request.addfinalizer(lambda: conf.update(task_always_eager=False))
+    with pytest.raises(KeyboardInterrupt):
+        django_tasks.exit_by.enqueue("KeyboardInterrupt")
+    newest = JobRun.objects.filter(job__name=django_tasks.exit_by.module_path).latest("pk")
+    assert (newest.status, newest.node) == (RunStatus.FAILED, "eager")
+
+
+@pytest.mark.parametrize(("kind", "stored"), [("bytes", "abc"), ("tuple", [1, [2, "x"]])])
+def test_a_return_value_is_kept_as_djangos_backends_keep_it(
+    sent: list[tuple[str, dict[str, Any]]], kind: str, stored: Any
+) -> None:
+    done = _work(django_tasks.give_back.enqueue(kind))
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, stored)
+
+
+@pytest.mark.parametrize(
+    ("kind", "raised", "message"),
+    [
+        ("datetime", TypeError, "Unsupported type"),
+        ("lambda", TypeError, "Unsupported type"),
+        ("non-utf8", ValueError, "Unsupported value"),
+        ("nan", ValueError, "not a number JSON can store"),
+    ],
+)
+def test_a_return_value_json_cannot_hold_fails_the_task(
+    sent: list[tuple[str, dict[str, Any]]], kind: str, raised: type, message: str
+) -> None:
+    done = _work(django_tasks.give_back.enqueue(kind))
+    assert done.status == TaskResultStatus.FAILED
+    [error] = done.errors
+    assert error.exception_class is raised
+    assert message in error.traceback
+    assert _run(done).result is None
+
+
+def test_arguments_are_kept_as_djangos_backends_keep_them(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    result = django_tasks.echo.enqueue(b"abc", (1, 2), key=b"v")
+    assert (result.args, result.kwargs) == (["abc", [1, 2]], {"key": "v"})
+    done = _work(result)
+    assert done.return_value == {
+        "args": ["abc", [1, 2]],
+        "kwargs": {"key": "v"},
+        "types": ["str", "list"],
+    }
+
+
+def test_arguments_json_cannot_hold_are_refused_at_enqueue(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    with pytest.raises(TypeError, match="Unsupported type"):
+        django_tasks.echo.enqueue(timezone.now())
+    with pytest.raises(ValueError, match="Unsupported value"):
+        django_tasks.echo.enqueue(key=b"\xff")
+    assert not JobRun.objects.filter(job__name=django_tasks.echo.module_path).exists()
+    assert sent == []
+
+
+def test_task_started_and_task_finished_are_sent_and_logged(
+    sent: list[tuple[str, dict[str, Any]]], caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Where Django sends them: started as the call begins (RUNNING), finished once the outcome
+    is on record (a receiver reading the result finds it finished), none while a retry
+    follows; Django's own receivers log each state."""
+    from django.tasks.signals import task_finished, task_started
+
+    heard: list[tuple[str, str, str]] = []
+
+    def started(sender: Any, task_result: Any, **_: Any) -> None:
+        heard.append(("started", task_result.id, task_result.status))
+
+    def finished(sender: Any, task_result: Any, **_: Any) -> None:
+        assert sender is ClusterTaskBackend
+        read_back = _backend().get_result(task_result.id)
+        heard.append(("finished", task_result.id, read_back.status))
+
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        with caplog.at_level("INFO", logger="django.tasks"):
+            added = _work(django_tasks.add.enqueue(1, 2))
+            failed = _work(django_tasks.boom.enqueue("signalled"))
+            retried = django_tasks.flaky.enqueue(str(tmp_path / "flaky.log"))
+            _work(retried)
+            after_retry = list(heard)
+            _work(retried)
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    assert heard == [
+        ("started", added.id, "RUNNING"),
+        ("finished", added.id, "SUCCESSFUL"),
+        ("started", failed.id, "RUNNING"),
+        ("finished", failed.id, "FAILED"),
+        ("started", retried.id, "RUNNING"),
+        ("started", retried.id, "RUNNING"),
+        ("finished", retried.id, "SUCCESSFUL"),
+    ]
+    assert after_retry[-1] == ("started", retried.id, "RUNNING"), "no finish before the retry"
+    lines = [r.getMessage() for r in caplog.records if r.name == "django.tasks"]
+    assert f"Task id={added.id} path={ADD} state=RUNNING" in lines
+    assert f"Task id={added.id} path={ADD} state=SUCCESSFUL" in lines
+    assert f"Task id={failed.id} path={django_tasks.boom.module_path} state=FAILED" in lines

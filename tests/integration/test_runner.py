@@ -46,6 +46,52 @@ def test_a_failing_job_records_error_and_traceback(make_job: Callable[..., Job])
     assert "raise ValueError" in run.traceback
 
 
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        ("sys.exit", "SystemExit: 1"),
+        ("SystemExit", "SystemExit: stopping from tests.exit"),
+        ("KeyboardInterrupt", "KeyboardInterrupt: "),
+    ],
+)
+def test_a_job_that_exits_is_failed_at_once_and_gives_its_lease_back(
+    make_job: Callable[..., Job], how: str, error: str
+) -> None:
+    """SystemExit and KeyboardInterrupt from the job's code are its failure, not the process's
+    end: recorded now, lease released (a worker's pool process would otherwise die with them)."""
+    run = new_run(make_job(task="tests.exit", kwargs={"how": how}))
+    delivery = execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (run.status, run.error) == (RunStatus.FAILED, error)
+    assert run.traceback.rstrip().splitlines()[-1].startswith(error.rstrip(": "))
+    assert isinstance(delivery.cause, SystemExit | KeyboardInterrupt)
+    assert lease.acquire("job:j", "someone", 30) is not None
+
+
+@pytest.mark.parametrize(("kind", "stored"), [("nan", "nan"), ("nul", "'a\\x00b'"), ("set", "{1}")])
+def test_a_return_value_json_cannot_store_is_kept_as_its_repr(
+    make_job: Callable[..., Job], kind: str, stored: str
+) -> None:
+    """A job's rule (a Django task fails instead, as Django's backends do): the run succeeded,
+    and its finish, which jsonb would refuse NaN or NUL in, goes through."""
+    run = new_run(make_job(task="tests.returns", kwargs={"kind": kind}))
+    execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert (run.status, run.result) == (RunStatus.SUCCEEDED, stored)
+
+
+def test_the_workers_own_shutdown_is_not_the_jobs_outcome(make_job: Callable[..., Job]) -> None:
+    """Celery's hard shutdown raises WorkerTerminate wherever a solo worker's main thread is:
+    it ends the process, and the run is left to be recorded lost."""
+    from celery.exceptions import WorkerTerminate
+
+    run = new_run(make_job(task="tests.exit", kwargs={"how": "WorkerTerminate"}))
+    with pytest.raises(WorkerTerminate):
+        execute_run(run.pk, task_id="t", node="n")
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+
+
 def test_overlap_skip_records_the_holder(make_job: Callable[..., Job], tmp_path: Path) -> None:
     job = make_job(kwargs={"log": str(tmp_path / "log")})
     assert lease.acquire(job.lock_key, "other-node:1:run-99", 30) is not None

@@ -5,7 +5,9 @@ Django's docs write them. Imported only on Django 6 (the tests importorskip ``dj
 from __future__ import annotations
 
 import os
+import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,31 @@ def flaky(log: str) -> int:
 def urgent() -> str:
     """Declared with Django's highest priority."""
     return "urgent"
+
+
+@task
+def exit_by(how: str) -> None:
+    """Ends the way ``how`` says: ``sys.exit`` (``sys.exit(1)``), or ``KeyboardInterrupt``."""
+    if how == "sys.exit":
+        sys.exit(1)
+    raise KeyboardInterrupt
+
+
+@task
+def give_back(kind: str) -> Any:
+    """Returns a value of the ``kind`` asked for (one JSON holds, or one it cannot)."""
+    values = {
+        "bytes": b"abc",
+        "tuple": (1, (2, b"x")),
+        "datetime": datetime(2026, 1, 2, tzinfo=UTC),
+        "lambda": lambda: None,
+        "nan": float("nan"),
+        "non-utf8": b"\xff",
+    }
+    return values[kind]
+
+
+@task
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Returns its arguments as it received them."""
+    return {"args": args, "kwargs": kwargs, "types": [type(arg).__name__ for arg in args]}

@@ -5,6 +5,7 @@ file per test)."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from jobs import job
@@ -138,3 +139,27 @@ def fail_until(ctx: JobContext, healed: str) -> str:
     if not os.path.exists(healed):
         raise RuntimeError(f"failing until {healed} exists")
     return "healed"
+
+
+# --- issue 43: truthful outcomes ------------------------------------------------------------------
+
+
+@job("tests.exit")
+def exit_by(ctx: JobContext, how: str) -> None:
+    """Ends the way ``how`` says: ``sys.exit`` (``sys.exit(1)``), ``SystemExit``,
+    ``KeyboardInterrupt`` or ``WorkerTerminate`` (raised; Celery's hard shutdown raises it)."""
+    from celery.exceptions import WorkerTerminate
+
+    if how == "sys.exit":
+        sys.exit(1)
+    if how == "SystemExit":
+        raise SystemExit("stopping from tests.exit")
+    if how == "WorkerTerminate":
+        raise WorkerTerminate(1)
+    raise KeyboardInterrupt
+
+
+@job("tests.returns")
+def returns(ctx: JobContext, kind: str) -> object:
+    """Returns a value JSON cannot hold, or ``jsonb`` cannot store."""
+    return {"nan": float("nan"), "nul": "a\x00b", "set": {1}}[kind]
