@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.test import Client
 from django.urls import reverse
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
@@ -148,6 +149,21 @@ def test_a_look_alike_of_an_existing_name_is_refused_naming_it(
     make("demo.quick")
     message = _name_error(make, name)
     assert f"{name!r} reads like the " in message and "'demo.quick'" in message
+
+
+@pytest.mark.django_db
+def test_the_api_answers_400_naming_the_window_it_reads_like() -> None:
+    secret = tokens.create("api", actor=TESTS)[1]
+    api = Client(headers={"authorization": f"Bearer {secret}"})
+    window = {"starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-02T00:00:00Z"}
+    posted = [
+        api.post("/api/blackouts", {**window, "name": name}, content_type="application/json")
+        for name in ["freeze", "fr\u0435eze", "fr\u200beeze"]
+    ]
+    assert [response.status_code for response in posted] == [201, 400, 400]
+    assert "reads like the blackout window 'freeze'" in posted[1].json()["fields"]["name"][0]
+    assert "invisible or format character" in posted[2].json()["fields"]["name"][0]
+    assert list(Blackout.objects.values_list("name", flat=True)) == ["freeze"]
 
 
 @pytest.mark.django_db
