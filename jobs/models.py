@@ -181,9 +181,9 @@ def _skeleton_field() -> models.TextField[str, str]:
 
 class DistinctName:
     """For a model whose ``name`` people read: no other row's name reads like it. Its
-    ``name_skeleton`` is the name's skeleton, written with the name on every save and unique in
-    the database (the constraint named in ``SKELETON_CONSTRAINT``), so of two look-alikes saved
-    at once the second is refused, with the first's name."""
+    ``name_skeleton`` is the name's skeleton (``jobs.names.skeleton``), written with the name on
+    every save and unique in the database (the model's ``<kind>_name_reads_alike`` constraint),
+    so of two look-alikes saved at once the second is refused, naming the first."""
 
     what: ClassVar[str]
     name: str
@@ -215,7 +215,9 @@ class DistinctName:
             with transaction.atomic(using=kwargs.get("using")):
                 super().save(*args, **kwargs)  # type: ignore[misc]
         except IntegrityError as exc:
-            other = self._reads_like()
+            # A unique violation (SQLSTATE 23505; SQLite tells none) may be the skeleton's.
+            unique = getattr(exc.__cause__, "sqlstate", None) in (None, "23505")
+            other = self._reads_like() if unique else None
             if other is None:
                 raise
             message = reads_like(self.what, self.name, other)
@@ -223,7 +225,8 @@ class DistinctName:
 
     def _reads_like(self) -> str | None:
         """The name of another row whose name reads like this one's, if any."""
-        rows = type(self)._default_manager.filter(name_skeleton=skeleton(self.name))  # type: ignore[attr-defined]
+        manager = type(self)._default_manager  # type: ignore[attr-defined]
+        rows = manager.filter(name_skeleton=skeleton(self.name))
         if self.pk is not None:
             rows = rows.exclude(pk=self.pk)
         return rows.order_by("pk").values_list("name", flat=True).first()

@@ -189,6 +189,7 @@ def _prototypes() -> dict[int, str]:
 
 
 def _ranges(character_class: str) -> list[tuple[int, int]]:
+    """The (first, last) code points of a character class written as above (escapes, ranges)."""
     points = [ord(c) for c in character_class.encode().decode("unicode_escape")]
     ranges, i = [], 0
     while i < len(points):

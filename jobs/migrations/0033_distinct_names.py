@@ -49,7 +49,7 @@ def _renamed(model):
     rows = list(model.objects.order_by("pk"))
     taken, renamed = set(), []
     # A plain ASCII name keeps its name before a look-alike, however much older the look-alike.
-    for row in sorted(rows, key=lambda r: (_INVISIBLE.search(r.name) is not None or not r.name.isascii(), r.pk)):
+    for row in sorted(rows, key=lambda r: (not r.name.isascii(), r.pk)):
         old = row.name
         name = _visible(old, max_length)
         if skeleton(name) in taken:
