@@ -345,13 +345,13 @@ class Throughput:
         from django.utils import timezone
 
         from jobs.models import Job, JobRun, Trigger
-        from jobs.names import skeleton
+        from jobs.names import stored_skeleton
 
         if not self.jobs:
             self.jobs = Job.objects.bulk_create(
                 Job(
                     name=f"bench-{i}",
-                    name_skeleton=skeleton(f"bench-{i}"),
+                    name_skeleton=stored_skeleton(f"bench-{i}"),
                     task="bench.noop",
                     kwargs={"log": log},
                 )

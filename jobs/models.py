@@ -32,7 +32,7 @@ from jobs.names import (
     not_padded,
     printable_name_check,
     reads_like,
-    skeleton,
+    stored_skeleton,
     visible_name_check,
 )
 from jobs.schedule import calendars
@@ -181,9 +181,9 @@ def _skeleton_field() -> models.TextField[str, str]:
 
 class DistinctName:
     """For a model whose ``name`` people read: no other row's name reads like it. Its
-    ``name_skeleton`` is the name's skeleton (``jobs.names.skeleton``), written with the name on
-    every save and unique in the database (the model's ``<kind>_name_reads_alike`` constraint),
-    so of two look-alikes saved at once the second is refused, naming the first."""
+    ``name_skeleton`` is the name's skeleton (``jobs.names.stored_skeleton``), written with the
+    name on every save and unique in the database (the model's ``<kind>_name_reads_alike``
+    constraint), so of two look-alikes saved at once the second is refused, naming the first."""
 
     what: ClassVar[str]
     name: str
@@ -207,7 +207,7 @@ class DistinctName:
         if update_fields is not None and "name" not in update_fields:
             super().save(*args, **kwargs)  # type: ignore[misc]
             return
-        self.name_skeleton = skeleton(self.name)
+        self.name_skeleton = stored_skeleton(self.name)
         if update_fields is not None:
             kwargs["update_fields"] = [*update_fields, "name_skeleton"]
         try:
@@ -226,7 +226,7 @@ class DistinctName:
     def _reads_like(self) -> str | None:
         """The name of another row whose name reads like this one's, if any."""
         manager = type(self)._default_manager  # type: ignore[attr-defined]
-        rows = manager.filter(name_skeleton=skeleton(self.name))
+        rows = manager.filter(name_skeleton=stored_skeleton(self.name))
         if self.pk is not None:
             rows = rows.exclude(pk=self.pk)
         return rows.order_by("pk").values_list("name", flat=True).first()

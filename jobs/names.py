@@ -210,6 +210,21 @@ def skeleton(name: str) -> str:
     return unicodedata.normalize("NFD", decomposed.translate(_prototypes()))
 
 
+# A skeleton can be 30 bytes a character (U+FDFA's is 17 characters); a B-tree index entry
+# holds at most about 2,700 bytes. A longer skeleton is stored as its digest: one skeleton, one
+# stored form, so equal skeletons still collide.
+MAX_STORED_SKELETON = 1000
+
+
+def stored_skeleton(name: str) -> str:
+    """What a row stores of ``name``'s skeleton (``name_skeleton``): the skeleton, or, for one
+    longer than an index entry may be, ``sha256:`` and its digest."""
+    text = skeleton(name)
+    if len(text.encode()) <= MAX_STORED_SKELETON:
+        return text
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
 def reads_like(what: str, name: str, other: str) -> str:
     """The message refusing ``name`` because it reads like ``other``, of the same kind."""
     if name == other:

@@ -8,7 +8,7 @@
 # and so does the beat entry a Celery configuration entry was written to (jobs.beat.configured
 # finds it by the job's name).
 #
-# The skeleton is jobs.names.skeleton itself, not a frozen copy: the stored column must be what
+# The skeleton is jobs.names.stored_skeleton itself, not a frozen copy: the stored column must be what
 # the models compute. A change of its table (jobs/confusables.txt) needs a migration that
 # recomputes every row.
 
@@ -19,7 +19,7 @@ import django.core.validators
 from django.db import migrations, models
 from django.utils import timezone
 
-from jobs.names import skeleton
+from jobs.names import stored_skeleton as skeleton
 
 _INVISIBLE = re.compile(
     "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f-\u1160"
