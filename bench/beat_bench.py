@@ -126,6 +126,7 @@ def create_jobs(
 
     from jobs.beat.entries import beat_entry_name
     from jobs.models import Job
+    from jobs.names import stored_skeleton
 
     intervals: dict[int, IntervalSchedule] = {}
     with transaction.atomic():
@@ -154,6 +155,7 @@ def create_jobs(
             [
                 Job(
                     name=names[n],
+                    name_skeleton=stored_skeleton(names[n]),
                     task=task,
                     periodic_task=tasks[n],
                     queue=queue,

@@ -63,10 +63,16 @@ def measure(runs: int, rounds: int) -> dict[str, list[tuple[float, float, float]
     from bench import lease_bench
     from jobs.guard.runner import execute_run
     from jobs.models import Job, JobRun, RunStatus, Trigger
+    from jobs.names import stored_skeleton
 
     log = str(Path(tempfile.mkdtemp(prefix="guard-cost-")) / "stamps.log")
     jobs = Job.objects.bulk_create(
-        Job(name=f"bench-{i}", task="bench.noop", kwargs={"log": log})
+        Job(
+            name=f"bench-{i}",
+            name_skeleton=stored_skeleton(f"bench-{i}"),
+            task="bench.noop",
+            kwargs={"log": log},
+        )
         for i in range(lease_bench.GUARDED_JOBS)
     )
     lease_bench.create_floor_rows()

@@ -345,10 +345,16 @@ class Throughput:
         from django.utils import timezone
 
         from jobs.models import Job, JobRun, Trigger
+        from jobs.names import stored_skeleton
 
         if not self.jobs:
             self.jobs = Job.objects.bulk_create(
-                Job(name=f"bench-{i}", task="bench.noop", kwargs={"log": log})
+                Job(
+                    name=f"bench-{i}",
+                    name_skeleton=stored_skeleton(f"bench-{i}"),
+                    task="bench.noop",
+                    kwargs={"log": log},
+                )
                 for i in range(GUARDED_JOBS)
             )
         Job.objects.filter(name__startswith="bench-").update(kwargs={"log": log}, queue=queue)

@@ -100,12 +100,13 @@ def _fill(url: str, nodes: int, jobs: int) -> None:
         )
         conn.execute(
             """
-            INSERT INTO jobs_job (name, task, kind, enabled, args, kwargs, overlap,
+            INSERT INTO jobs_job (name, name_skeleton, task, kind, enabled, args, kwargs, overlap,
                                   start_deadline, catch_up, on_lost, max_retries, retry_backoff,
                                   lease_ttl, min_hold, queue, alert_channels, alert_reasons,
                                   managed_by_code, adopted, description, exchange,
                                   routing_key, created_at, updated_at, max_concurrency)
-            SELECT 'poller-' || j, 'bench.poll', 'continuous', true, '[]', '{}', 'skip', 300,
+            SELECT 'poller-' || j, 'poller-' || translate(j::text, '01', 'Ol'), -- as skeleton()
+                   'bench.poll', 'continuous', true, '[]', '{}', 'skip', 300,
                    'latest', 'abandon', 0, 10, %s, 0, 'default', 'default', '[]', false,
                    false, '', '', '', now(), now(), 1
               FROM generate_series(1, %s) AS j

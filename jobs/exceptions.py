@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
+
 
 class JobsError(Exception):
     """Base class of every error this app raises on purpose."""
@@ -17,6 +19,12 @@ class BadLockKey(JobsError):
 
 class RegistryConflict(JobsError):
     """Two functions were registered under one name."""
+
+
+class NameReadsLikeAnother(JobsError, ValidationError):
+    """A name whose confusable skeleton another row of its kind holds (``jobs.names``): the
+    database's unique constraint refused it, as when two look-alikes are created at once. A
+    ``ValidationError`` on ``name`` too, so every edge shows it as it shows a validator's."""
 
 
 class NotFound(JobsError):

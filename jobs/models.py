@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from celery.app.task import Context
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import DEFAULT_DB_ALIAS, models
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, models, transaction
 from django.db.models import Q
 from django.db.models.base import ModelState
 from django.db.models.functions import Now
@@ -22,13 +22,18 @@ from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
 from jobs import jsonvalues, timestamps
+from jobs.exceptions import NameReadsLikeAnother
 from jobs.names import (
     JOB_NAME_VALIDATORS,
     MAX_JOB_NAME,
     no_control_characters,
+    no_invisible_characters,
     no_slash,
     not_padded,
     printable_name_check,
+    reads_like,
+    stored_skeleton,
+    visible_name_check,
 )
 from jobs.schedule import calendars
 
@@ -167,13 +172,75 @@ class Configured(models.TextChoices):
     REMOVED = "removed", "removed from Celery's configuration"
 
 
-class Job(models.Model):
+def _skeleton_field() -> models.TextField[str, str]:
+    return models.TextField(
+        editable=False,
+        help_text="How the name reads (jobs.names.skeleton): unique, so no two names read alike.",
+    )
+
+
+class DistinctName:
+    """For a model whose ``name`` people read: no other row's name reads like it. Its
+    ``name_skeleton`` is the name's skeleton (``jobs.names.stored_skeleton``), written with the
+    name on every save and unique in the database (the model's ``<kind>_name_reads_alike``
+    constraint), so of two look-alikes saved at once the second is refused, naming the first."""
+
+    what: ClassVar[str]
+    name: str
+    name_skeleton: str
+    pk: Any
+
+    def validate_constraints(self, exclude: Any = None) -> None:
+        # The stored skeleton is written by save(): here, the name's is computed and the other
+        # name said, rather than the constraint's message about a field nobody typed.
+        super().validate_constraints({*(exclude or ()), "name_skeleton"})  # type: ignore[misc]
+        if exclude is None or "name" not in exclude:
+            other = self._reads_like()
+            if other is not None and other != self.name:
+                raise ValidationError(
+                    {"name": reads_like(self.what, self.name, other)},
+                    code="name_reads_like_another",
+                )
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "name" not in update_fields:
+            super().save(*args, **kwargs)  # type: ignore[misc]
+            return
+        self.name_skeleton = stored_skeleton(self.name)
+        if update_fields is not None:
+            kwargs["update_fields"] = [*update_fields, "name_skeleton"]
+        try:
+            # A savepoint: after a refusal the caller's transaction can still say whose name.
+            with transaction.atomic(using=kwargs.get("using")):
+                super().save(*args, **kwargs)  # type: ignore[misc]
+        except IntegrityError as exc:
+            # A unique violation (SQLSTATE 23505; SQLite tells none) may be the skeleton's.
+            unique = getattr(exc.__cause__, "sqlstate", None) in (None, "23505")
+            other = self._reads_like() if unique else None
+            if other is None:
+                raise
+            message = reads_like(self.what, self.name, other)
+            raise NameReadsLikeAnother({"name": [message]}) from exc
+
+    def _reads_like(self) -> str | None:
+        """The name of another row whose name reads like this one's, if any."""
+        manager = type(self)._default_manager  # type: ignore[attr-defined]
+        rows = manager.filter(name_skeleton=stored_skeleton(self.name))
+        if self.pk is not None:
+            rows = rows.exclude(pk=self.pk)
+        return rows.order_by("pk").values_list("name", flat=True).first()
+
+
+class Job(DistinctName, models.Model):
+    what = "job"
     name = models.CharField(
         max_length=MAX_JOB_NAME,
         unique=True,
         validators=JOB_NAME_VALIDATORS,
         help_text="Unique name of this job, e.g. nightly-report.",
     )
+    name_skeleton = _skeleton_field()
     task = models.CharField(
         max_length=200,
         help_text="The registered job function this job runs (see `manage.py jobs tasks`).",
@@ -430,6 +497,8 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=printable_name_check("name", slash=True), name="job_name_printable"
             ),
+            models.CheckConstraint(condition=visible_name_check("name"), name="job_name_visible"),
+            models.UniqueConstraint(fields=["name_skeleton"], name="job_name_reads_alike"),
         ]
         indexes = [
             # Maintenance looks for expired jobs every pass (jobs.beat.retiring): the few that
@@ -748,7 +817,7 @@ class Node(models.Model):
 # --- operations: API tokens, beat heartbeats, run totals kept past retention ---------------
 
 
-class ApiToken(models.Model):
+class ApiToken(DistinctName, models.Model):
     """A bearer token for the JSON API and ``/metrics``.
 
     Only the SHA-256 digest of the secret is stored; the secret is printed once, when the token
@@ -756,12 +825,18 @@ class ApiToken(models.Model):
     hash is enough: there is nothing to brute-force.
     """
 
+    what = "API token"
     name = models.CharField(
         max_length=100,
         unique=True,
-        validators=[no_control_characters("A token name"), not_padded("A token name")],
+        validators=[
+            no_control_characters("A token name"),
+            no_invisible_characters("A token name"),
+            not_padded("A token name"),
+        ],
         help_text="Who or what uses it.",
     )
+    name_skeleton = _skeleton_field()
     prefix = models.CharField(
         max_length=16, editable=False, help_text="The token's first characters, to recognise it."
     )
@@ -786,7 +861,9 @@ class ApiToken(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=printable_name_check("name", slash=False), name="token_name_printable"
-            )
+            ),
+            models.CheckConstraint(condition=visible_name_check("name"), name="token_name_visible"),
+            models.UniqueConstraint(fields=["name_skeleton"], name="token_name_reads_alike"),
         ]
 
     def __str__(self) -> str:
@@ -903,21 +980,24 @@ JOB_DISPLAY_RELATED = (
 )
 
 
-class Blackout(models.Model):
+class Blackout(DistinctName, models.Model):
     """A freeze: the slots inside ``[starts_at, ends_at)`` of one job, or of every job, are
     recorded skipped with the window's name (checked by the insert of each slot:
     ``jobs.guard.run_records.blackout_of_pg``)."""
 
+    what = "blackout window"
     name = models.CharField(
         max_length=100,
         unique=True,
         validators=[
             no_slash("A blackout window's name", "/api/blackouts/<name>"),
             no_control_characters("A blackout window's name"),
+            no_invisible_characters("A blackout window's name"),
             not_padded("A blackout window's name"),
         ],
         help_text="Shown on every slot it skips, e.g. release-freeze.",
     )
+    name_skeleton = _skeleton_field()
     job = models.ForeignKey(
         Job,
         null=True,
@@ -940,6 +1020,10 @@ class Blackout(models.Model):
             models.CheckConstraint(
                 condition=printable_name_check("name", slash=True), name="blackout_name_printable"
             ),
+            models.CheckConstraint(
+                condition=visible_name_check("name"), name="blackout_name_visible"
+            ),
+            models.UniqueConstraint(fields=["name_skeleton"], name="blackout_name_reads_alike"),
         ]
         indexes = [models.Index(fields=["ends_at"], name="blackout_ends_at")]
 

@@ -31,7 +31,7 @@ from celery._state import (  # type: ignore[attr-defined]  # public there, not i
 from celery.app.trace import task_has_custom
 
 from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
-from jobs.names import has_control_character, job_name_problems
+from jobs.names import has_control_character, invisible_characters, job_name_problems, skeleton
 from jobs.schedule.kinds import Cron, Definition, Triggered, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
@@ -266,6 +266,8 @@ def job(
         raise TypeError(f"@job({name!r}): give at most one of every=, cron=, continuous=True")
     declares_job = every is not None or cron is not None or continuous
     problems = job_name_problems(name) if declares_job else []
+    if not declares_job and invisible_characters(name):  # a task name is read and chosen too
+        problems = ["A job function's name cannot contain an invisible or format character."]
     if problems:  # the job it declares could not be saved (jobs.names)
         raise TypeError(f"@job({name!r}): {' '.join(problems)}")
     step_seconds = None if step_every is None else parse_duration(step_every).total_seconds()
@@ -312,6 +314,7 @@ def job(
                 f"job name {name!r} is registered twice: {_qualified(existing.func)} "
                 f"and {_qualified(func)}"
             )
+        _refuse_lookalike(spec)
         _REGISTRY[name] = spec
         _KEYED.discard(name)
         if lock_key is not None:
@@ -321,6 +324,21 @@ def job(
         return func
 
     return register
+
+
+def _refuse_lookalike(spec: JobSpec) -> None:
+    """Two declared jobs whose names read alike could never both have their rows
+    (``jobs.models.DistinctName``): refused where they are declared, as a name registered twice."""
+    if not spec.declares_job:
+        return
+    for other in _REGISTRY.values():
+        if other.name == spec.name or not other.declares_job:
+            continue
+        if skeleton(other.name) == skeleton(spec.name):
+            raise RegistryConflict(
+                f"job name {spec.name!r} reads like the declared job {other.name!r} "
+                f"({_qualified(other.func)}): give one a name that reads differently"
+            )
 
 
 def get(name: str) -> JobSpec:

@@ -9,12 +9,16 @@ edit, and sync never touches ``enabled``.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models.functions import Now
 
 from jobs import registry
 from jobs.audit import Actor
-from jobs.models import Job
+from jobs.models import ConfigurationProblem, Job
 from jobs.services import JobDefinition, create_job, definition_of, save_job
 from jobs.web.serializers import upstream_names
 
@@ -30,26 +34,49 @@ def sync_declared_jobs() -> list[str]:
     for spec in registry.specs():
         if not spec.declares_job:
             continue
-        with transaction.atomic():
-            job = Job.objects.select_for_update().filter(name=spec.name).first()
-            if job is None:
-                create_job(
-                    JobDefinition(
-                        name=spec.name,
-                        task=spec.name,
-                        schedule=spec.schedule,
-                        policies=spec.policies,
-                        after=spec.after,
-                    ),
-                    actor=DECLARATION,
-                    managed_by_code=True,
-                )
+        try:
+            if _sync(spec):
                 changed.append(spec.name)
-            elif job.managed_by_code and _apply_declaration(job, spec):
-                changed.append(spec.name)
+        except ValidationError as exc:
+            # One declaration the rows refuse (its name reads like an operator's job) must not
+            # stop the migrate or the beat that syncs the others: it is shown, not created.
+            _refused(spec.name, exc)
     if changed:
         log.info("declared jobs synced: %s", ", ".join(changed), extra={"action": "jobs_synced"})
     return changed
+
+
+def _sync(spec: registry.JobSpec) -> bool:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(name=spec.name).first()
+        if job is None:
+            create_job(
+                JobDefinition(
+                    name=spec.name,
+                    task=spec.name,
+                    schedule=spec.schedule,
+                    policies=spec.policies,
+                    after=spec.after,
+                ),
+                actor=DECLARATION,
+                managed_by_code=True,
+            )
+            return True
+        return job.managed_by_code and _apply_declaration(job, spec)
+
+
+def _refused(name: str, exc: ValidationError) -> None:
+    """Log the refusal and show it on ``/healthz`` (a configuration problem) until it is fixed."""
+    message = f"the declared job {name!r} has no row: " + " ".join(exc.messages)
+    log.error(message, extra={"action": "declared_job_refused", "job": name})
+    ConfigurationProblem.objects.update_or_create(
+        cause=f"declared_job:{name}"[:64],
+        defaults={
+            "message": message,
+            "process": f"{socket.gethostname()}:{os.getpid()}",
+            "last_seen": Now(),
+        },
+    )
 
 
 def _apply_declaration(job: Job, spec: registry.JobSpec) -> bool:

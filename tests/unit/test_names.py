@@ -3,17 +3,22 @@ character, the same rule for the models' validators and the checks outside them.
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from django.core.exceptions import ValidationError
 
 from jobs.names import (
+    INVISIBLE_CHARACTERS,
     MAX_JOB_NAME,
     has_control_character,
+    invisible_characters,
     is_padded_or_blank,
     job_name_for,
     job_name_problems,
     no_control_characters,
     not_padded,
+    skeleton,
 )
 
 
@@ -87,3 +92,32 @@ def test_a_key_too_long_is_cut_with_a_digest_of_the_whole() -> None:
     first, second = job_name_for("x" * 300 + "a"), job_name_for("x" * 300 + "b")
     assert len(first) == len(second) == MAX_JOB_NAME and first != second
     assert job_name_for(first) == first
+
+
+def test_the_invisible_characters_are_every_format_character_and_the_default_ignorables() -> None:
+    # Unicode's format category (Cf) in this Python's database, and the default-ignorable code
+    # points that are not (combining grapheme joiner, Hangul fillers, variation selectors).
+    found = {c for c in map(chr, range(0x110000)) if invisible_characters(c)}
+    formats = {c for c in map(chr, range(0x110000)) if unicodedata.category(c) == "Cf"}
+    assert formats <= found
+    assert {"\u034f", "\u115f", "\u3164", "\ufe0f", "\U000e0100"} <= found
+    assert INVISIBLE_CHARACTERS.isascii()  # readable as text by PostgreSQL too
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [("demo.quick", "demo.qu\u0456ck"), ("paypal", "\u0440\u0430ypal"), ("modern", "rnodern"),
+     ("report-1", "report-l"), ("caf\u00e9", "cafe\u0301"), ("demo.quick", "demo.\u200bquick")],
+)  # fmt: skip
+def test_names_that_print_alike_have_one_skeleton(one: str, other: str) -> None:
+    assert skeleton(one) == skeleton(other)
+
+
+@pytest.mark.parametrize(("one", "other"), [("report", "Report"), ("report", "reports")])
+def test_names_that_print_differently_do_not(one: str, other: str) -> None:
+    assert skeleton(one) != skeleton(other)
+
+
+def test_an_entry_key_with_an_invisible_character_names_it_in_its_job_name() -> None:
+    assert job_name_for("demo.\u202equick\u200b") == "demo.[U+202E]quick[U+200B]"
+    assert not job_name_problems(job_name_for("demo.\u202equick\u200b"))
