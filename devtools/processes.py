@@ -140,8 +140,9 @@ class ProcessGroup:
 
     def _pump(self, name: str, colour: str, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
-        for raw in process.stdout:
-            self.say(name, raw.decode(errors="replace").rstrip(), colour)
+        with process.stdout:
+            for raw in process.stdout:
+                self.say(name, raw.decode(errors="replace").rstrip(), colour)
         code = process.wait()
         if code != 0 and not self._stopping:
             self.say("devtools", f"{name} exited with code {code}; the rest keep running", "1")
