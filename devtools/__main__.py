@@ -108,7 +108,7 @@ def platform_commands(env: dict[str, str], web_port: str, flower_port: str) -> l
         commands.append(Command(f"beat-{n}", [*CELERY, "beat", "-l", "info"]))
     for n in (1, 2):
         worker = [*CELERY, "worker", "-n", f"worker{n}@%h", "-c", "2", "-l", "info", "-E"]
-        commands.append(Command(f"worker-{n}", worker))
+        commands.append(Command(f"worker-{n}", worker, stop_grace=WORKER_STOP_GRACE_SECONDS))
     flower = [
         *CELERY, "flower", f"--port={flower_port}", "--address=127.0.0.1",
         *flower_state_options(DEV_DIR / "flower.db"),
@@ -119,6 +119,10 @@ def platform_commands(env: dict[str, str], web_port: str, flower_port: str) -> l
 
 # The web's connections under `make run`: eight clients at once never wait for one.
 WEB_POOL_DEFAULT = 8
+# What a deployment gives a worker to finish its runs after SIGTERM (docs/deploy.md: Kubernetes'
+# terminationGracePeriodSeconds, systemd's TimeoutStopSec): a job that honours ctx.stopping ends
+# within a second or two; one that ignores it still gets this long before its run is lost.
+WORKER_STOP_GRACE_SECONDS = 60.0
 
 
 def flower_state_options(db: Path) -> list[str]:

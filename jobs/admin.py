@@ -110,6 +110,46 @@ def _seconds(value: float | None) -> str | None:
     return None if value is None else f"{value:.2f} s"
 
 
+def run_duration(run: JobRun) -> str:
+    """A run's duration as the run list, the run's page and the job's recent runs show it."""
+    seconds = _seconds(run.duration)
+    return "-" if seconds is None else serializers.duration_words(run, seconds)
+
+
+def one_line(text: str, *, keep_end: bool = False) -> SafeString:
+    """``text`` on one line in a narrow list column (a dotted task name cut at a dot reads as
+    two): cut short with an ellipsis when the column is narrower, at its start when ``keep_end``
+    (a dotted name's last part says the most), the whole text in the title."""
+    if keep_end:
+        return format_html(
+            '<span class="whole-token keep-end" title="{}"><span dir="ltr">{}</span></span>',
+            text,
+            text,
+        )
+    return format_html('<span class="whole-token" title="{}">{}</span>', text, text)
+
+
+def holder_html(holder: str, token: int | None = None) -> SafeString:
+    """A lease holder (``node:pid:run-N``, jobs.guard.runner) and its fencing token in a narrow
+    list column: a line breaks after the node, the pid or the run, never inside one
+    (``worker2@vm:30187`` is not read as pid 3018 over two lines); a node name longer than the
+    column ends in an ellipsis, the whole holder in the title."""
+    parts = holder.split(":")
+    tokens = [f"{part}:" for part in parts[:-1]] + parts[-1:]
+    spans = format_html_join(
+        mark_safe("<wbr>"), '<span class="whole-token">{}</span>', ((t,) for t in tokens)
+    )
+    if token is None:
+        return format_html('<span title="{}">{}</span>', holder, spans)
+    return format_html(
+        '<span title="{} #{}">{} <span class="whole-token">#{}</span></span>',
+        holder,
+        token,
+        spans,
+        token,
+    )
+
+
 class ViewOnly:
     """No add, change or delete for anyone: only the view permission counts. A model admin's
     ``has_add_permission`` is asked without ``obj``, an inline's with it."""
@@ -172,12 +212,17 @@ class RecentRunsInline(ReadOnlyInline):
         "attempt",
         "node",
         "started_at",
+        "duration",
         "error",
     )
 
     @admin.display(description="status")
     def status_badge(self, run: JobRun) -> SafeString | str:
         return status_badge(run.status)
+
+    @admin.display(description="duration")
+    def duration(self, run: JobRun) -> str | None:
+        return run_duration(run)
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -387,9 +432,8 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="task", ordering="task")
     def task_name(self, job: Job) -> SafeString:
-        """The dotted name, free to wrap after each dot in a narrow column."""
-        parts = ((part,) for part in job.task.split("."))
-        return format_html_join(mark_safe(".<wbr>"), "{}", parts)
+        """The dotted name on one line, its end in view (jobs.admin.one_line)."""
+        return one_line(job.task, keep_end=True)
 
     @admin.display(description="last run (slot)", ordering="last_run_at")
     def last_run(self, job: Job) -> SafeString | str:
@@ -412,10 +456,10 @@ class JobAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description="lease holder #token")
-    def lease(self, job: Job) -> str:
+    def lease(self, job: Job) -> SafeString | str:
         """The live lease of the job's default key, by the database clock."""
         holder = getattr(job, "lease_holder", None)
-        return "-" if holder is None else f"{holder} #{getattr(job, 'lease_token', '')}"
+        return "-" if holder is None else holder_html(holder, getattr(job, "lease_token", None))
 
     # --- the job page's own forms: run with arguments, backfill -------------------------------
     def get_urls(self) -> list[Any]:
@@ -714,8 +758,7 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="duration")
     def duration(self, run: JobRun) -> str | None:
-        seconds = _seconds(run.duration)
-        return None if seconds is None else serializers.duration_words(run, seconds)
+        return run_duration(run)
 
     @admin.display(description="Flower")
     def flower(self, run: JobRun) -> SafeString | str:
@@ -733,7 +776,9 @@ class JobRunAdmin(ReadOnlyAdmin):
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):
-    list_display = ["key", "holder", "token", "acquired_at", "expires_at", "valid", "expires_in"]
+    list_display = [
+        "key", "holder_tokens", "token", "acquired_at", "expires_at", "valid", "expires_in",
+    ]  # fmt: skip
     search_fields = ["key", "holder"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Lease]:
@@ -741,6 +786,11 @@ class LeaseAdmin(ReadOnlyAdmin):
         live = ExpressionWrapper(LIVE_LEASE, output_field=BooleanField())
         remaining = ExpressionWrapper(F("expires_at") - Now(), output_field=DurationField())
         return super().get_queryset(request).annotate(is_live=live, remaining=remaining)
+
+    @admin.display(description="holder", ordering="holder")
+    def holder_tokens(self, lease: Lease) -> SafeString:
+        """Wrapped between its node, pid and run only, as on the job list."""
+        return holder_html(lease.holder)
 
     @admin.display(description="valid", boolean=True, ordering="is_live")
     def valid(self, lease: Lease) -> bool:

@@ -91,6 +91,27 @@ class ArgumentsField(forms.JSONField):
         return value
 
 
+class TaskSelect(forms.Select):
+    """The task chooser. Each choice is a task's name (and where it comes from), so the chosen one
+    reads whole in the closed select on a 1366-px screen: with its summary too, it ran past the
+    select's right edge and was cut. The summary (the same words as `jobs tasks`) is the
+    option's title, and the job page shows the chosen task's under the select
+    (admin/jobs/job/change_form.html)."""
+
+    summaries: dict[str, str]
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.summaries = {}
+
+    def create_option(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        option: dict[str, Any] = super().create_option(*args, **kwargs)
+        summary = self.summaries.get(str(option["value"]))
+        if summary:
+            option["attrs"]["title"] = summary
+        return option
+
+
 class JobForm(forms.ModelForm):
     """Validating this form saves the job through ``jobs.services`` (``create_job`` or
     ``save_job``), so every error services raise lands on the field it names; ``save()`` then
@@ -100,9 +121,10 @@ class JobForm(forms.ModelForm):
     actor: ClassVar[Actor] = Actor.code("jobs.forms.JobForm")
 
     task = forms.ChoiceField(
+        widget=TaskSelect,
         help_text="What this job runs: a function declared with @job, or one of the project's "
         "Celery tasks (called with the arguments below; no ctx unless it declares a "
-        "keyword-only ctx parameter)."
+        "keyword-only ctx parameter).",
     )
     schedule_type = forms.ChoiceField(
         label="Schedule",
@@ -163,6 +185,8 @@ class JobForm(forms.ModelForm):
         task_field = self.fields["task"]
         assert isinstance(task_field, forms.ChoiceField)
         task_field.choices = _task_choices(self.instance.task)
+        assert isinstance(task_field.widget, TaskSelect)
+        task_field.widget.summaries = {spec.name: spec.summary for spec in registry.all_specs()}
         if not isinstance(self.stored_schedule, Solar):
             schedule_field = self.fields["schedule_type"]
             assert isinstance(schedule_field, forms.ChoiceField)
@@ -356,8 +380,7 @@ def _task_choices(current: str) -> list[tuple[str, str]]:
 
 
 def _task_label(spec: registry.JobSpec) -> str:
-    name = spec.name if spec.origin == "job function" else f"{spec.name} ({spec.origin})"
-    return f"{name} — {spec.summary}" if spec.summary else name
+    return spec.name if spec.origin == "job function" else f"{spec.name} ({spec.origin})"
 
 
 class RunWithArgumentsForm(forms.Form):

@@ -9,6 +9,7 @@ No worker or beat here: the rows are written as the cluster would, and the pages
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -23,7 +24,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 import tests.support.jobs_under_test  # noqa: F401  (registers tests.record)
-from jobs import services
+from jobs import registry, services
 from jobs.alerts.detect import open_incident
 from jobs.audit import Actor
 from jobs.guard import lease
@@ -274,3 +275,144 @@ def test_the_backfill_page_is_an_admin_form_that_says_how_to_write_the_times(
     for name in ("since", "until"):
         expect(page.locator(f".field-{name} .help")).to_contain_text("2030-01-01 09:00")
         expect(page.locator(f".field-{name} .help")).to_contain_text("UTC")
+
+
+# Where each line of an element's text starts: the offsets (in its text) of the characters that
+# begin a new line, measured from the rendered characters' boxes. A character cut off by an
+# ellipsis still has its box on its line, so a token cut short counts as on one line.
+LINE_STARTS = """(cell) => {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let text = "", top = null;
+    const starts = [];
+    while (walker.nextNode()) {
+        const node = walker.currentNode;
+        for (let i = 0; i < node.length; i++) {
+            const range = document.createRange();
+            range.setStart(node, i);
+            range.setEnd(node, i + 1);
+            const box = range.getClientRects()[0];
+            if (box && node.data[i].trim()) {
+                if (top !== null && box.top > top + 2) starts.push(text.length);
+                top = box.top;
+            }
+            text += node.data[i];
+        }
+    }
+    return {text, starts};
+}"""
+# Every element of a cell whose text is cut short (an ellipsis), with the title that says it whole.
+CUT_SHORT = """(cell) => [...cell.querySelectorAll("*")]
+    .filter((el) => el.scrollWidth > el.clientWidth + 1)
+    .map((el) => [el.textContent.trim(), el.closest("[title]")?.title ?? ""])"""
+# The width of the chosen option's text in the select's font, and the room the closed select
+# has for it: its inner width less the arrow (which Chromium draws inside the right padding).
+CHOSEN_TEXT_AND_ROOM = """(select) => {
+    const style = getComputedStyle(select);
+    const context = document.createElement("canvas").getContext("2d");
+    context.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    const text = context.measureText(select.selectedOptions[0].text).width;
+    const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
+    return [text, select.clientWidth - padding];
+}"""
+# A holder as the user saw it wrapped: "worker2@vm:3018" over "7:continuous #2".
+SHORT_HOLDER = "worker2@vm:30187:continuous"
+LONG_TASK = "tests.support.plain_tasks.request_headers"
+
+
+def _lines(cell: Any) -> tuple[str, list[str]]:
+    found = cell.evaluate(LINE_STARTS)
+    text, starts = found["text"], found["starts"]
+    bounds = [0, *starts, len(text)]
+    return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def _cut_without_title(cell: Any) -> list[str]:
+    return [f"{shown!r} (title {title!r})" for shown, title in cell.evaluate(CUT_SHORT)
+            if shown.rstrip("…").strip() not in title]  # fmt: skip
+
+
+def test_the_job_list_wraps_lease_holders_and_tasks_between_whole_tokens_only(
+    operator: Page, busy_cluster: dict[str, Model]
+) -> None:
+    """Issue 41: at 1366 px a holder wrapped inside its pid and a task name at its dots. Lines
+    may break between a holder's node, pid, run and token; a task name stays on one line; what
+    a column cannot hold ends in an ellipsis, the whole text in a title."""
+    import tests.support.plain_tasks  # noqa: F401  (a long dotted task name)
+
+    poller = new_job("inventory-feed-7", task=LONG_TASK, log=_long_log("inventory-feed-7"))
+    assert lease.acquire(poller.lock_key, SHORT_HOLDER, ttl=600) is not None
+    page = operator
+    page.goto(reverse("admin:jobs_job_changelist"))
+    shot(page, "job-list-whole-tokens")
+    problems = []
+    for row in page.locator("#result_list tbody tr").all():
+        problems += _holder_problems(row.locator("td.field-lease"))
+        task_text, lines = _lines(row.locator("td.field-task_name"))
+        if len(lines) > 1:
+            problems.append(f"the task {task_text!r} wraps: {lines}")
+        problems += _cut_without_title(row.locator("td.field-task_name"))
+    holders = page.locator("td.field-lease").all_inner_texts()
+    assert f"{SHORT_HOLDER} #1" in [" ".join(h.split()) for h in holders], holders
+    # The lease list shows the same holders the same way.
+    page.goto(reverse("admin:jobs_lease_changelist"))
+    shot(page, "lease-list-whole-tokens")
+    for cell in page.locator("#result_list td.field-holder_tokens").all():
+        problems += _holder_problems(cell)
+    assert not problems, "\n".join(problems)
+
+
+def _holder_problems(cell: Any) -> list[str]:
+    """A holder may wrap between tokens only: after its "node:" or "pid:", or at the space
+    before its "#token"."""
+    text, lines = _lines(cell)
+    problems = _cut_without_title(cell)
+    if any(not line.endswith((":", " ")) for line in lines[:-1]):
+        problems.append(f"the holder {text!r} wraps inside a token: {lines}")
+    return problems
+
+
+def test_the_job_page_task_chooser_fits_the_screen_with_every_task_registered(
+    operator: Page, busy_cluster: dict[str, Model]
+) -> None:
+    """Issue 41: with a long task name and summary chosen, the chooser showed them cut at its
+    right edge. The chosen task reads whole in the closed select, on the screen, and its summary
+    whole under it."""
+    import tests.support.plain_tasks  # noqa: F401
+
+    job = new_job("inventory-feed-7", task=LONG_TASK, log=_long_log("inventory-feed-7"))
+    page = operator
+    page.goto(reverse("admin:jobs_job_change", args=[job.pk]))
+    shot(page, "job-page-task-chooser")
+    assert page.evaluate(OUT_OF_VIEW, "#id_task, .field-task .help") == []
+    chooser = page.locator("#id_task")
+    assert LONG_TASK in chooser.evaluate("(select) => select.selectedOptions[0].text")
+    text_width, room = chooser.evaluate(CHOSEN_TEXT_AND_ROOM)
+    assert text_width <= room, f"the chosen task is {text_width:.0f} px in {room:.0f} px"
+    summary = registry.get(LONG_TASK).summary
+    expect(page.locator(".field-task .task-summary")).to_have_text(summary)
+    page.locator("#id_task").select_option("tests.record")
+    expect(page.locator(".field-task .task-summary")).to_have_text(
+        registry.get("tests.record").summary
+    )
+
+
+def test_the_job_page_recent_runs_show_each_duration_as_the_run_list_does(
+    operator: Page, busy_cluster: dict[str, Model]
+) -> None:
+    page = operator
+    job = busy_cluster["job"]
+    page.goto(reverse("admin:jobs_jobrun_changelist") + f"?job__id__exact={job.pk}")
+    listed = {}
+    for row in page.locator("#result_list tbody tr").all():
+        run_id = row.locator("th.field-id, td.field-id").first.inner_text().strip()
+        listed[run_id] = row.locator("td.field-duration").inner_text().strip()
+    assert any(value not in ("", "-") for value in listed.values()), listed
+    page.goto(reverse("admin:jobs_job_change", args=[job.pk]))
+    runs = page.locator(".inline-group", has_text="recent runs")
+    expect(runs.locator("thead")).to_contain_text(re.compile("duration", re.IGNORECASE))
+    shown = {}
+    for row in runs.locator("tbody tr.has_original").all():
+        link = row.locator("a[href*='/jobrun/']").get_attribute("href") or ""
+        run_id = link.rstrip("/").split("/")[-2]
+        shown[run_id] = row.locator("td.field-duration").inner_text().strip()
+    assert shown == listed

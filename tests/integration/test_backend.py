@@ -267,7 +267,7 @@ def test_a_django_task_is_a_jobs_task_in_the_cli_and_runs_under_the_jobs_lease(
 
 def test_the_admin_offers_django_tasks(admin_client: Client) -> None:
     page = admin_client.get("/admin/jobs/job/add/").content.decode()
-    assert f'value="{ADD}">{ADD} (Django task) — Adds two numbers.<' in page
+    assert f'value="{ADD}" title="Adds two numbers.">{ADD} (Django task)<' in page
 
 
 def test_retention_deletes_a_runs_own_lease_with_the_run_and_no_other(
