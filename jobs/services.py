@@ -353,6 +353,9 @@ def run_once(
     A replayed key makes nothing, so it records nothing; the same key with other ``kwargs``
     raises ``IdempotencyKeyReused``."""
     job = get_job(name)
+    # No kwargs and empty kwargs ask for the same run: the job's own arguments.
+    if kwargs == {}:
+        kwargs = None
     # The request as given, not as merged with the job's: an edit of the job between a request
     # and its retry does not make the retry another request.
     digest = request_digest({"kwargs": kwargs})
