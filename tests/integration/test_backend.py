@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("django.tasks")
 
@@ -30,6 +32,8 @@ from jobs.guard.runner import execute_run
 from jobs.models import Job, JobKind, JobRun, Lease, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
 from tests.support import django_tasks
+from tests.support.fuzzing import any_text, fuzz_settings
+from tests.support.hostile_values import UNENCODABLE
 from tests.support.worker_threads import worker_holding_its_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -356,3 +360,32 @@ def test_under_task_always_eager_enqueue_runs_here_under_its_lease(
     assert sent == [], "nothing published"
     run = _run(result)
     assert run.lease_key == f"job:{ADD}:run-{run.pk}" and run.fencing_token is not None
+
+
+def test_enqueue_stores_any_text_as_given_or_refuses_it_naming_the_arguments(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """Every code point, lone surrogates and NUL included (issue 41): a run whose arguments read
+    back as given, or a ``TypeError`` saying which arguments cannot be stored; never a database
+    error, and nothing recorded for a refusal."""
+
+    @fuzz_settings(60)
+    @given(
+        note=st.one_of(st.sampled_from([*UNENCODABLE, "\x00"]), any_text()), keyword=st.booleans()
+    )
+    def enqueue(note: str, keyword: bool) -> None:
+        before = JobRun.objects.count()
+        try:
+            if keyword:
+                result = django_tasks.introspect.enqueue(note=note)
+            else:
+                result = django_tasks.boom.enqueue(note)
+        except TypeError as exc:
+            assert ("kwargs" if keyword else "args") in str(exc), str(exc)
+            assert "cannot be stored" in str(exc), str(exc)
+            assert JobRun.objects.count() == before
+            return
+        run = _run(result)
+        assert (run.args, run.kwargs) == (([], {"note": note}) if keyword else ([note], {}))
+
+    enqueue()
