@@ -60,7 +60,7 @@ def get_job(name: str) -> Job:
             raise Job.DoesNotExist
         return Job.objects.select_related(*JOB_DISPLAY_RELATED).get(name=name)
     except Job.DoesNotExist:
-        raise JobNotFound(f"no job named {text.printable(repr(name))}") from None
+        raise JobNotFound(f"no job named {name!r}") from None
 
 
 def _locked(job: Job) -> Job:
@@ -434,7 +434,7 @@ def remove_blackout(name: str, *, actor: Actor) -> None:
     if text.is_storable(name):  # PostgreSQL cannot hold it otherwise, so no window is named so
         window = Blackout.objects.select_related("job").filter(name=name).first()
     if window is None:
-        raise BlackoutNotFound(f"no blackout window named {text.printable(repr(name))}")
+        raise BlackoutNotFound(f"no blackout window named {name!r}")
     before = blackout_values(window)
     window.delete()
     audit.record(

@@ -755,11 +755,14 @@ def test_a_nul_or_a_huge_number_in_a_path_is_a_json_404(api: Client) -> None:
         response = api.generic(method, path)
         assert response.status_code == 404, path
         assert response["Content-Type"] == "application/json"
-    # The CLI's removals of the same names: no such window or token (exit status 1).
-    for command in (("jobs", "blackout", "remove", "a\x00b"), ("apitoken", "revoke", "\x00")):
-        with pytest.raises(CommandError, match=r"no (blackout window|token) named") as info:
-            call_command(*command, stdout=io.StringIO(), stderr=io.StringIO())
-        assert info.value.returncode == 1
+    # The CLI's removals of the same names: a name no window can have (a usage error, exit
+    # status 2), no such token (1).
+    with pytest.raises(CommandError, match=r"NAME: 'a\\x00b' cannot contain the NUL") as info:
+        call_command("jobs", "blackout", "remove", "a\x00b", stderr=io.StringIO())
+    assert info.value.returncode == 2
+    with pytest.raises(CommandError, match=r"no token named") as info:
+        call_command("apitoken", "revoke", "\x00", stdout=io.StringIO(), stderr=io.StringIO())
+    assert info.value.returncode == 1
 
 
 def test_the_apitoken_command_prints_the_secret_once() -> None:

@@ -14,6 +14,7 @@ Never a 500: the test client re-raises any exception a view lets through."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import quote
@@ -162,6 +163,8 @@ def test_names_and_texts_in_bodies_are_stored_as_sent_or_a_400_naming_the_field(
         if response.status_code == 400:
             assert set(response.json()["fields"]) <= set(body), (body, response.json())
             return
+        # What the server read: JSON's escapes of a surrogate pair are the one character.
+        body = json.loads(json.dumps(body))
         assert response.status_code in (200, 201), (body, response.content[:300])
         if target == "job":
             stored = Job.objects.get(name="fuzzed")
