@@ -359,8 +359,10 @@ def test_no_kwargs_and_empty_kwargs_are_the_same_request(
     make_job("report", task="tests.record", kwargs={"log": "/dev/null"})
 
     def post(body: str | None, key: str) -> Any:
-        data = {} if body is None else {"data": body, "content_type": "application/json"}
-        return api.post("/api/jobs/report/runs", headers={"idempotency-key": key}, **data)
+        headers = {"idempotency-key": key}
+        if body is None:
+            return api.post("/api/jobs/report/runs", headers=headers)
+        return api.post("/api/jobs/report/runs", body, "application/json", headers=headers)
 
     bare = post(None, "k1")
     empty = post('{"kwargs": {}}', "k1")

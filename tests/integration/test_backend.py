@@ -376,10 +376,11 @@ def test_enqueue_stores_any_text_as_given_or_refuses_it_naming_the_arguments(
     def enqueue(note: str, keyword: bool) -> None:
         before = JobRun.objects.count()
         try:
-            if keyword:
-                result = django_tasks.introspect.enqueue(note=note)
-            else:
-                result = django_tasks.boom.enqueue(note)
+            result: Any = (
+                django_tasks.introspect.enqueue(note=note)
+                if keyword
+                else django_tasks.boom.enqueue(note)
+            )
         except TypeError as exc:
             assert ("kwargs" if keyword else "args") in str(exc), str(exc)
             assert "cannot be stored" in str(exc), str(exc)
