@@ -45,7 +45,7 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import services, timestamps
+from jobs import services, text, timestamps
 from jobs.audit import JOB_FIELDS, Actor
 from jobs.beat import switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
@@ -277,8 +277,7 @@ def _reading_order(key: str) -> int:
 
 
 def _short_json(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= AUDIT_VALUE_CHARS else text[: AUDIT_VALUE_CHARS - 1] + "…"
+    return text.cut(json.dumps(value, ensure_ascii=False), AUDIT_VALUE_CHARS)
 
 
 @admin.register(Job)
@@ -911,13 +910,18 @@ class BlackoutAdmin(DeletedOneByOne):
     """Blackout windows: added and removed here (audited, through the services); a window is
     not edited in place, so what a slot was skipped for stays what the trail says."""
 
-    list_display = ("name", "scope", "starts_at", "ends_at", "description")
+    list_display = ("name", "scope", "starts_at", "ends_at", "why")
     list_filter = ("job",)
     fields = ("name", "job", "starts_at", "ends_at", "description")
 
     @admin.display(description="job")
     def scope(self, window: Blackout) -> str:
         return window.job.name if window.job else "every job"
+
+    @admin.display(description="description")
+    def why(self, window: Blackout) -> str:
+        # Cut: a long one would widen the list past the page; the window's own page has it all.
+        return text.cut(window.description)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None and super().has_change_permission(request, obj)
@@ -984,8 +988,10 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 def _json_block(value: Any) -> SafeString:
     # A long value without a space (a path, a token) wraps too, rather than past the screen.
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    return format_html('<pre style="white-space: pre-wrap; overflow-wrap: anywhere">{}</pre>', text)
+    shown = json.dumps(value, indent=2, ensure_ascii=False)
+    return format_html(
+        '<pre style="white-space: pre-wrap; overflow-wrap: anywhere">{}</pre>', shown
+    )
 
 
 # --- alerts ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from celery.result import AsyncResult, EagerResult
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import jsonvalues, messages, registry
+from jobs import jsonvalues, messages, registry, text
 from jobs.exceptions import BadLockKey, DuplicateCall, NoJobForCall, NotTriggerable
 from jobs.guard.delivery import report
 from jobs.models import LIVE_LEASE, Job, JobKind, JobRun, Lease, RunStatus, Trigger
@@ -195,7 +195,13 @@ def _start_at(countdown: float | None, eta: datetime | None) -> datetime:
 
 def _check_storable(task: str, field: str, value: Any) -> None:
     try:
-        jsonvalues.check_storable(json.loads(json.dumps(value)))
+        dumped = json.dumps(value, ensure_ascii=False)
+        # Before JSON reads it back: it would join two surrogates, which UTF-8 cannot encode
+        # as they are, into the one character they escape, and the run would not get the value.
+        problem = text.problem(dumped)
+        if problem is not None:
+            raise ValueError(f"a string {problem}")
+        jsonvalues.check_storable(json.loads(dumped))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{task}: {field} cannot be stored as JSON: {exc}") from None
 

@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TypeVar
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
-from jobs import jsonvalues
+from jobs import jsonvalues, text
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.models import LIVE_LEASE, Incident, Job, JobRun, Lease, Node, RunStatus
 from jobs.registry import POLICY_FIELDS, JobSpec
@@ -86,8 +86,10 @@ class CliError(CommandError):
 
     def __init__(self, verb: str | None, detail: str, *, returncode: int = USAGE) -> None:
         prefix = f"jobs {verb}" if verb else "jobs"
-        # Messages from validators or JSON may span lines; the contract is one line.
-        super().__init__(f"{prefix}: error: {' '.join(detail.split())}", returncode=returncode)
+        # Messages from validators or JSON may span lines; the contract is one line, which a
+        # UTF-8 terminal can print even when it quotes an argument that was not UTF-8.
+        line = f"{prefix}: error: {' '.join(text.printable(detail).split())}"
+        super().__init__(line, returncode=returncode)
 
 
 class ParseError(CliError):
@@ -111,6 +113,8 @@ class CliParser(CommandParser):
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        if self.verb is not None and args is not None:
+            self._check_storable(list(args))
         # A verb's parser is run with parse_known_args; left alone, its unknown flags would be
         # reported by the top-level parser, which does not know which verb they were given to.
         parsed, extras = super().parse_known_args(args, namespace)
@@ -120,6 +124,42 @@ class CliParser(CommandParser):
 
     def error(self, message: str) -> NoReturn:
         raise ParseError(self.verb, message.removeprefix("argument "))
+
+    def _check_storable(self, args: list[str]) -> None:
+        """Refuse an argument the database cannot store (``jobs.text``) before anything reads
+        it, naming its flag (or NAME): a shell passes invalid UTF-8 bytes, which Python holds as
+        lone surrogates. A parser of sub-verbs leaves it to theirs, which know the names."""
+        if any(isinstance(action, argparse._SubParsersAction) for action in self._actions):
+            return
+        for name, value in self._named_arguments(args):
+            problem = text.problem(value)
+            if problem is not None:
+                self.error(f"{name}: {_shown(value)} {problem}")
+
+    def _named_arguments(self, args: list[str]) -> Iterator[tuple[str, str]]:
+        """Each argument with the flag or positional's name it is given to (as the parse would
+        see it, short of abbreviations)."""
+        positionals = [action for action in self._actions if not action.option_strings]
+        flag, position, options_done = "", 0, False
+        for arg in args:
+            if flag:
+                yield flag, arg
+                flag = ""
+            elif arg == "--" and not options_done:
+                options_done = True
+            elif arg.startswith("-") and not options_done and not self._is_value(arg):
+                option, given, value = arg.partition("=")
+                yield option, value if given else option
+                action = self._option_string_actions.get(option)
+                flag = option if not given and action is not None and action.nargs != 0 else ""
+            else:
+                action = positionals[min(position, len(positionals) - 1)] if positionals else None
+                yield (str(action.metavar or action.dest) if action else "argument"), arg
+                if action is not None and action.nargs not in ("*", "+"):
+                    position += 1
+
+    def _is_value(self, arg: str) -> bool:
+        return arg == "-" or self._negative_number_matcher.match(arg) is not None
 
 
 def validation_detail(exc: ValidationError, flags: Mapping[str, str] = FIELD_FLAGS) -> str:

@@ -1,9 +1,11 @@
 """JSON values that people type (a job's args and kwargs, an API body): parsed without a traceback
 whatever the text, and accepted only if PostgreSQL's ``jsonb`` stores them as they are.
 
-``jsonb`` refuses a NUL character in a string and the ``NaN`` / ``Infinity`` that Python's
-``json`` writes for non-finite floats; very deep nesting costs recursion in every reader. Each is
-a ``ValueError`` with a message for a human, so an edge can put it on the field it came from.
+``jsonb`` refuses a string that ``jobs.text`` says it cannot hold (a NUL, a lone surrogate), and
+the ``NaN`` / ``Infinity`` that Python's ``json`` writes for non-finite floats; very deep nesting
+costs recursion in every reader. Arguments an operator gives are bounded in size
+(``check_arguments_size``). Each is a ``ValueError`` with a message for a human, so an edge can
+put it on the field it came from.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import math
 import sys
 from typing import Any
+
+from jobs import text
 
 # Far deeper than any sensible set of arguments, far shallower than any recursion limit.
 MAX_DEPTH = 32
@@ -51,6 +55,18 @@ def check_storable(value: Any) -> None:
             raise ValueError(f"{item} is not a number JSON can store: use a finite number")
 
 
-def _check_text(text: str) -> None:
-    if "\x00" in text:
-        raise ValueError(r"a string cannot contain the NUL character (\u0000)")
+def check_arguments_size(value: Any) -> None:
+    """Raise ``ValueError`` if ``value`` (storable JSON) is over ``text.MAX_ARGUMENTS_BYTES``
+    as compact UTF-8 JSON: a job's or a run's arguments are stored, sent and shown whole."""
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > text.MAX_ARGUMENTS_BYTES:
+        raise ValueError(
+            f"{size} bytes of JSON: at most {text.MAX_ARGUMENTS_BYTES} (pass a reference to "
+            "larger data, not the data)"
+        )
+
+
+def _check_text(string: str) -> None:
+    problem = text.problem(string)
+    if problem is not None:
+        raise ValueError(f"a string {problem}")

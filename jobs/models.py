@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from celery.app.task import Context
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, models, transaction
 from django.db.models import Q
 from django.db.models.base import ModelState
@@ -21,7 +21,7 @@ from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
-from jobs import jsonvalues, timestamps
+from jobs import jsonvalues, text, timestamps
 from jobs.exceptions import NameReadsLikeAnother
 from jobs.names import (
     JOB_NAME_VALIDATORS,
@@ -431,7 +431,12 @@ class Job(DistinctName, models.Model):
         help_text="Declared in Celery's beat_schedule / CELERY_BEAT_SCHEDULE / "
         "add_periodic_task: its entry is kept in step with the code (jobs.beat.configured).",
     )
-    description = models.TextField(blank=True, default="", help_text="What this job is for.")
+    description = models.TextField(
+        blank=True,
+        default="",
+        validators=[MaxLengthValidator(text.MAX_DESCRIPTION)],
+        help_text="What this job is for.",
+    )
     # An adopted django-celery-beat row's headers: sent with every run's message, and a plain
     # task reads them on its request as under stock beat (registry.JobSpec.call).
     headers = models.JSONField(
@@ -1008,7 +1013,12 @@ class Blackout(DistinctName, models.Model):
     )
     starts_at = models.DateTimeField(help_text="The first instant frozen.")
     ends_at = models.DateTimeField(help_text="The first instant no longer frozen.")
-    description = models.TextField(blank=True, default="", help_text="Why.")
+    description = models.TextField(
+        blank=True,
+        default="",
+        validators=[MaxLengthValidator(text.MAX_DESCRIPTION)],
+        help_text="Why.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

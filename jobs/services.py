@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django_celery_beat.models import PeriodicTask
 
-from jobs import audit, backfill, dependencies, jsonvalues, registry
+from jobs import audit, backfill, dependencies, jsonvalues, registry, text
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.database_clock import database_now
@@ -171,7 +171,7 @@ def definition_from(values: Mapping[str, Any]) -> JobDefinition:
 
 def get_job(name: str) -> Job:
     try:
-        if "\x00" in name:  # PostgreSQL text cannot hold NUL, so no job is named so
+        if not text.is_storable(name):  # PostgreSQL cannot hold it, so no job is named so
             raise Job.DoesNotExist
         return Job.objects.select_related(*JOB_DISPLAY_RELATED).get(name=name)
     except Job.DoesNotExist:
@@ -192,7 +192,7 @@ def _locked(job: Job) -> Job:
 def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
     """Model validation plus what only the registry knows: the function exists and accepts
     the job's arguments. Raises ``ValidationError`` keyed by field name."""
-    errors = _nul_errors(job)
+    errors = _unstorable_errors(job)
     if errors:
         # Before the model's checks, whose uniqueness query the database would refuse.
         raise ValidationError(errors)
@@ -213,13 +213,15 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
         raise ValidationError(errors)
 
 
-def _nul_errors(row: models.Model) -> dict[str, list[str]]:
-    """The text fields holding a NUL character, which PostgreSQL text cannot store."""
-    return {
-        field.name: ["Null characters are not allowed."]
-        for field in row._meta.concrete_fields
-        if isinstance(value := getattr(row, field.attname), str) and "\x00" in value
-    }
+def _unstorable_errors(row: models.Model) -> dict[str, list[str]]:
+    """The text fields holding what PostgreSQL cannot store (``jobs.text``)."""
+    errors = {}
+    for column in row._meta.concrete_fields:
+        value = getattr(row, column.attname)
+        problem = text.problem(value) if isinstance(value, str) else None
+        if problem is not None:
+            errors[column.name] = [f"This text {problem}."]
+    return errors
 
 
 def _argument_errors(job: Job) -> dict[str, list[str]]:
@@ -230,6 +232,7 @@ def _argument_errors(job: Job) -> dict[str, list[str]]:
     for name in ("args", "kwargs"):
         try:
             jsonvalues.check_storable(getattr(job, name))
+            jsonvalues.check_arguments_size(getattr(job, name))
         except ValueError as exc:
             return {name: [f"Cannot be stored: {exc}."]}
     spec = registry.get(job.task)
@@ -477,6 +480,9 @@ def run_once(
     A replayed key makes nothing, so it records nothing; the same key with other ``kwargs``
     raises ``IdempotencyKeyReused``."""
     job = get_job(name)
+    # No kwargs and empty kwargs ask for the same run: the job's own arguments.
+    if kwargs == {}:
+        kwargs = None
     # The request as given, not as merged with the job's: an edit of the job between a request
     # and its retry does not make the retry another request.
     digest = request_digest({"kwargs": kwargs})
@@ -534,8 +540,8 @@ def add_blackout(
     window = Blackout(
         name=name, job=job, starts_at=starts_at, ends_at=ends_at, description=description
     )
-    errors = _nul_errors(window)
-    if errors:  # the description's; the name's validator refuses it too
+    errors = _unstorable_errors(window)
+    if errors:
         raise ValidationError(errors)
     window.full_clean()
     window.save()
@@ -552,7 +558,7 @@ def add_blackout(
 @transaction.atomic
 def remove_blackout(name: str, *, actor: Actor) -> None:
     window = None
-    if "\x00" not in name:  # PostgreSQL text cannot hold NUL, so no window is named so
+    if text.is_storable(name):  # PostgreSQL cannot hold it otherwise, so no window is named so
         window = Blackout.objects.select_related("job").filter(name=name).first()
     if window is None:
         raise BlackoutNotFound(f"no blackout window named {name!r}")

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.http import HttpRequest
 
+from jobs import text
 from jobs.conf import get_ops_conf
 from jobs.exceptions import TokenRefused
 from jobs.web import tokens
@@ -49,7 +50,7 @@ def _permitted_session(request: HttpRequest) -> bool:
     # Probes answer ahead of the session and authentication middleware (jobs.web.probes), so the
     # session is read here, and only when the request carries its cookie.
     key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
-    if not key or "\x00" in key:  # PostgreSQL text cannot hold NUL; no session key contains one
+    if not key or not text.is_storable(key):  # PostgreSQL cannot hold it; no session key does
         return False
     request.session = import_module(settings.SESSION_ENGINE).SessionStore(key)
     user = get_user(request)

@@ -35,7 +35,7 @@ from django.utils.dateparse import parse_datetime
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs import backfill, jsonvalues, services
+from jobs import backfill, jsonvalues, services, text
 from jobs.audit import Actor
 from jobs.exceptions import IdempotencyKeyReused, NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
@@ -145,6 +145,9 @@ def _answer(
         return error_response(ApiError(404, str(exc)))
     except NotTriggerable as exc:
         return error_response(ApiError(409, str(exc)))
+    except RequestDataTooBig:
+        # Raised where the body is first read, here; Django's own answer is an HTML page.
+        return too_large()
     except (OperationalError, InterfaceError) as exc:
         # Unreachable, restarting, or every connection of the web's pool busy for its timeout:
         # worth a retry (jobs.web.unavailable). Other database errors are bugs.
@@ -218,8 +221,8 @@ class Query:
                 self.errors[name] = [f"unknown parameter; known: {', '.join(sorted(known))}"]
             elif len(given) > 1:
                 self.errors[name] = ["give it once"]
-            elif "\x00" in given[0]:
-                self.errors[name] = ["must not contain NUL characters"]
+            elif (problem := text.problem(given[0])) is not None:
+                self.errors[name] = [f"must be storable text: it {problem}"]
             else:
                 self.values[name] = given[0]
 
@@ -294,6 +297,10 @@ def _idempotency_key(request: HttpRequest) -> str:
         problem = "required: a unique string per intended run, reused when retrying it"
     elif len(key) > IDEMPOTENCY_KEY_MAX:
         problem = f"at most {IDEMPOTENCY_KEY_MAX} characters"
+    elif "," in key:
+        # A server joins a header sent twice into one, "first,second" (WSGI has no other
+        # way to pass it on): a comma is how a repeated header shows, so no key holds one.
+        problem = "give the header once (a key cannot contain a comma)"
     elif not all("!" <= char <= "~" for char in key):
         problem = "printable ASCII characters only, no spaces"
     if problem is not None:
@@ -309,6 +316,18 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
         raise invalid({"body": [str(exc)]}) from None
     if not isinstance(body, dict):
         raise invalid({"body": ["must be a JSON object"]})
+    errors: dict[str, list[str]] = {}
+    for field, value in body.items():
+        # Every text of the body, before any of it is used: PostgreSQL must be able to hold it.
+        if not text.is_storable(field):
+            errors["body"] = [f"a field's name {text.problem(field)}"]
+            continue
+        try:
+            jsonvalues.check_storable(value)
+        except ValueError as exc:
+            errors[field] = [f"cannot be stored: {exc}"]
+    if errors:
+        raise invalid(errors)
     return body
 
 
@@ -507,7 +526,7 @@ def _one_of(choices: Iterable[str]) -> Callable[[Any], str | None]:
 
 
 def _queue(value: Any) -> str | None:
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+    if not isinstance(value, str) or not value.strip():
         return "must be a non-empty string"
     return None
 
@@ -520,9 +539,7 @@ def _instant(value: Any) -> datetime | None:
 
 
 def _names(value: Any) -> str | None:
-    if not isinstance(value, list) or not all(
-        isinstance(item, str) and item and "\x00" not in item for item in value
-    ):
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
         return "must be a list of job names (empty: none)"
     if len(set(value)) != len(value):
         return "must name each job at most once"
@@ -531,7 +548,7 @@ def _names(value: Any) -> str | None:
 
 def _short_text(limit: int) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
-        if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        if not isinstance(value, str) or len(value) > limit:
             return f"must be a string of at most {limit} characters"
         return None
 
@@ -769,7 +786,7 @@ def _add_blackout(body: dict[str, Any], by: Actor) -> Blackout:
         value = body.get(field)
         if value is None and not required:
             continue
-        if not isinstance(value, str) or "\x00" in value or (required and not value.strip()):
+        if not isinstance(value, str) or (required and not value.strip()):
             errors[field] = ["must be a non-empty string" if required else "must be a string"]
     if errors:
         raise invalid(errors)
@@ -814,13 +831,15 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     if not request.path.startswith("/api/"):
         return defaults.bad_request(request, exception)
     if isinstance(exception, RequestDataTooBig):
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return error_response(
-            ApiError(413, f"the request body is too large: at most {limit} bytes")
-        )
+        return too_large()
     if isinstance(exception, DisallowedHost):
         return error_response(ApiError(400, "bad request: the Host header is not allowed here"))
     return error_response(ApiError(400, f"bad request: {exception}"))
+
+
+def too_large() -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return error_response(ApiError(413, f"the request body is too large: at most {limit} bytes"))
 
 
 def not_found(request: HttpRequest) -> HttpResponse:

@@ -12,6 +12,7 @@ from typing import Any
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import IntegerField
 
+from jobs import text
 from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
 from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.models import (
@@ -418,7 +419,7 @@ _SCHEMAS: dict[str, Any] = {
             "job": _nullable({"type": "string", "description": "Omitted or null: every job."}),
             "starts_at": {**_DATETIME, "description": "The first instant frozen."},
             "ends_at": {**_DATETIME, "description": "The first instant no longer frozen."},
-            "description": {"type": "string"},
+            "description": {"type": "string", "maxLength": text.MAX_DESCRIPTION},
         },
     },
     "BlackoutList": {
@@ -610,7 +611,14 @@ def schema() -> dict[str, Any]:
                                 "schema": {
                                     "type": "object",
                                     "additionalProperties": False,
-                                    "properties": {"kwargs": {"type": "object"}},
+                                    "properties": {
+                                        "kwargs": {
+                                            "type": "object",
+                                            "description": "At most "
+                                            f"{text.MAX_ARGUMENTS_BYTES} bytes as compact "
+                                            "UTF-8 JSON, merged with the job's own.",
+                                        }
+                                    },
                                 }
                             }
                         },
@@ -620,12 +628,14 @@ def schema() -> dict[str, Any]:
                             "name": "Idempotency-Key",
                             "in": "header",
                             "required": True,
-                            "description": "A unique string per intended run, reused on retries.",
+                            "description": "A unique string per intended run, reused on "
+                            "retries; printable ASCII without a comma (a server joins a header "
+                            "sent twice with one: answered 400).",
                             "schema": {
                                 "type": "string",
                                 "minLength": 1,
                                 "maxLength": IDEMPOTENCY_KEY_MAX,
-                                "pattern": "^[!-~]+$",
+                                "pattern": "^[!-+\\--~]+$",
                             },
                         }
                     ],

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
 
-from jobs import audit
+from jobs import audit, text
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
 from jobs.models import ApiToken, AuditAction
@@ -43,6 +43,9 @@ def create(
     """A new token named ``name``; returns the row and the secret, which is not stored. A
     ``read_only`` one is refused every request that would change something (403); one with
     ``expires_in`` is refused (401) once that much time has passed."""
+    problem = text.problem(name)
+    if problem is not None:  # before the uniqueness check asks the database about it
+        raise ValidationError({"name": [f"The name {problem}."]})
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken(
         name=name,
@@ -65,7 +68,7 @@ def create(
 @transaction.atomic
 def revoke(name: str, *, actor: Actor) -> bool:
     """Delete the token named ``name``: requests with it get 401. ``False``: no such token."""
-    if "\x00" in name:  # PostgreSQL text cannot hold NUL; no token is named so
+    if not text.is_storable(name):  # PostgreSQL cannot hold it, so no token is named so
         return False
     token = ApiToken.objects.select_for_update().filter(name=name).first()
     if token is None:
@@ -99,7 +102,7 @@ def authenticate(secret: str) -> ApiToken:
     """The token whose secret this is; ``TokenRefused`` for an unknown, revoked or expired one.
     Expiry is judged by the database clock, like every other deadline of the cluster."""
     # The lookup is by digest: timing reveals nothing about the secret itself.
-    if "\x00" in secret:  # PostgreSQL text cannot hold NUL; no token contains one
+    if not text.is_storable(secret):  # PostgreSQL cannot hold it, so no token contains it
         raise TokenRefused(UNKNOWN)
     expired = ExpressionWrapper(Q(expires_at__lte=Now()), output_field=BooleanField())
     token = ApiToken.objects.annotate(expired=expired).filter(digest=digest(secret)).first()

@@ -916,3 +916,42 @@ def test_a_soft_limit_above_the_hard_one_is_an_error_naming_both(admin_client):
         ]
     }
     assert not Job.objects.exists()
+
+
+# --- text the database cannot hold, and text too long to list (issue 41) -----------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "said"),
+    [
+        ('{"city": "\\ud800"}', "lone surrogate"),
+        ('{"\\udfff": "Lyon"}', "lone surrogate"),
+        ('{"city": "' + "x" * 1024 * 1024 + '"}', f"at most {64 * 1024}"),
+    ],
+    ids=["value", "key", "1-MB"],
+)
+def test_run_with_arguments_names_kwargs_it_cannot_store(
+    admin_client: Any, typed: str, said: str
+) -> None:
+    made = new_job("arguments", TASK, MINUTELY)
+
+    response = admin_client.post(reverse("admin:jobs_job_run", args=[made.pk]), {"kwargs": typed})
+
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert list(errors) == ["kwargs"] and said in errors["kwargs"][0]
+    assert not JobRun.objects.exists()
+
+
+def test_the_blackout_list_cuts_a_long_description_its_page_shows_whole(admin_client: Any) -> None:
+    starts = datetime(2030, 1, 1, tzinfo=UTC)
+    # Written around the services, longer than they take: the list stays a list.
+    window = Blackout.objects.create(
+        name="freeze", starts_at=starts, ends_at=starts + timedelta(days=1), description="y" * 5000
+    )
+
+    listed = admin_client.get(reverse("admin:jobs_blackout_changelist")).content.decode()
+    shown = admin_client.get(reverse("admin:jobs_blackout_change", args=[window.pk]))
+
+    assert "y" * 79 + "…" in listed and "y" * 80 not in listed
+    assert "y" * 5000 in shown.content.decode()

@@ -1,11 +1,13 @@
-"""Property-based fuzzing of the admin's job and blackout forms (hypothesis, through the Django
-test client): whatever each field holds (control characters, NUL, very long values), the add and
-change pages answer a redirect (saved, and no saved name holds a control character) or the form
-again with errors on the fields at fault; never a 500, never a traceback (the test client
+"""Property-based fuzzing of the admin's job, blackout and run-with-arguments forms (hypothesis,
+through the Django test client): whatever each field holds (control characters, NUL, very long
+values; in JSON, any code point, lone surrogates included), the pages answer a redirect (saved,
+and no saved name holds a control character) or the form again with errors on the fields at
+fault; never a 500, never a traceback (the test client
 re-raises any exception a view lets through)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,11 +18,11 @@ from hypothesis import strategies as st
 from jobs import services
 from jobs.audit import Actor
 from jobs.forms import JobForm
-from jobs.models import Blackout, Job
+from jobs.models import Blackout, Job, JobRun
 from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
 from tests.support.forms import job_form_data
-from tests.support.fuzzing import fuzz_settings
+from tests.support.fuzzing import any_text, fuzz_settings
 from tests.support.hostile_values import BAD_RECORD_KWARGS, CONTROL
 
 pytestmark = pytest.mark.django_db
@@ -47,6 +49,10 @@ SPOILED_TOGETHER: dict[str, tuple[list[str], list[str]]] = {
             '["\\u0000"]',
             '{"log": "\\u0000"}',
             '{"\\u0000": 1}',
+            '["\\ud800"]',
+            '{"log": "\\udfff"}',
+            '{"\\udcff": 1}',
+            '{"log": "-", "seconds": "' + "x" * 70_000 + '"}',
             *BAD_RECORD_KWARGS,
             '"text"',
             "null",
@@ -187,5 +193,34 @@ def test_the_blackout_form_answers_every_input_with_a_page_and_field_errors(
             return
         errors = response.context["adminform"].form.errors
         assert errors and set(errors) <= {"name", "description", "job", "starts_at", "ends_at"}
+
+    post()
+
+
+def test_run_with_arguments_answers_any_kwargs_with_a_run_or_an_error_on_them(
+    admin_client: Any,
+) -> None:
+    existing = services.create_job(
+        services.JobDefinition(name="existing", task=TASK, schedule=Every(60), kwargs={"log": "-"}),
+        actor=Actor.code("tests"),
+    )
+    url = reverse("admin:jobs_job_run", args=[existing.pk])
+    # JSON as typed, its strings any code points (a lone surrogate typed as its \\u escape).
+    drawn = st.dictionaries(st.sampled_from(["log", "seconds"]) | any_text(), any_text())
+    typed = st.one_of(st.sampled_from(SPOILED_TOGETHER["json"][1]), drawn.map(json.dumps))
+
+    @fuzz_settings(60)
+    @given(kwargs=typed)
+    def post(kwargs: str) -> None:
+        response = admin_client.post(url, {"kwargs": kwargs})
+
+        assert response.status_code in (200, 302), response.status_code
+        if response.status_code == 302:
+            run = JobRun.objects.latest("pk")
+            given = json.loads(kwargs)
+            assert run.kwargs == (None if given is None else {"log": "-", **given})
+            return
+        errors = response.context["form"].errors
+        assert errors and set(errors) <= {"kwargs", "__all__"}, errors
 
     post()

@@ -353,6 +353,124 @@ def test_the_same_key_with_another_body_is_a_422_naming_the_key(
     assert post(None, "order-43").status_code == 201
 
 
+def test_no_kwargs_and_empty_kwargs_are_the_same_request(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    make_job("report", task="tests.record", kwargs={"log": "/dev/null"})
+
+    def post(body: str | None, key: str) -> Any:
+        headers = {"idempotency-key": key}
+        if body is None:
+            return api.post("/api/jobs/report/runs", headers=headers)
+        return api.post("/api/jobs/report/runs", body, "application/json", headers=headers)
+
+    bare = post(None, "k1")
+    empty = post('{"kwargs": {}}', "k1")
+    empty_first = post('{"kwargs": {}}', "k2")
+    bare_after = post("", "k2")
+
+    assert (bare.status_code, empty.status_code) == (201, 200), empty.content
+    assert (empty_first.status_code, bare_after.status_code) == (201, 200), bare_after.content
+    assert empty.json()["id"] == bare.json()["id"]
+    assert bare_after.json()["id"] == empty_first.json()["id"]
+    assert JobRun.objects.filter(job__name="report").count() == 2
+
+
+def test_an_idempotency_key_header_sent_twice_is_a_400_naming_it(
+    api: Client, make_job: Callable[..., Job]
+) -> None:
+    make_job("report")
+
+    # What a WSGI server makes of two Idempotency-Key headers: one, their values joined.
+    response = trigger(api, "report", "order-42,order-43")
+
+    assert response.status_code == 400
+    assert response.json()["fields"] == {
+        "Idempotency-Key": ["give the header once (a key cannot contain a comma)"]
+    }
+    assert not JobRun.objects.exists()
+
+
+LONE_SURROGATE = '"\\ud800"'  # JSON's escape for a code point UTF-8 cannot encode
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/api/jobs/report/runs", '{"kwargs": {"seconds": %s}}', "kwargs"),
+        ("POST", "/api/jobs/report/runs", '{"kwargs": {%s: 1}}', "kwargs"),
+        ("PATCH", "/api/jobs/report", '{"queue": %s}', "queue"),
+        ("PATCH", "/api/jobs/report", '{"after": [%s]}', "after"),
+        ("POST", "/api/blackouts", '{"name": %s, "starts_at": "2030-01-01T00:00:00Z", '
+                                   '"ends_at": "2030-01-02T00:00:00Z"}', "name"),
+        ("POST", "/api/blackouts", '{"name": "w", "description": %s, '
+                                   '"starts_at": "2030-01-01T00:00:00Z", '
+                                   '"ends_at": "2030-01-02T00:00:00Z"}', "description"),
+        ("POST", "/api/blackouts", '{"name": "w", "job": %s, '
+                                   '"starts_at": "2030-01-01T00:00:00Z", '
+                                   '"ends_at": "2030-01-02T00:00:00Z"}', "job"),
+        ("POST", "/api/jobs/report/runs", '{%s: 1}', "body"),
+    ],
+    ids=["kwargs-value", "kwargs-key", "queue", "after", "window-name", "window-description",
+         "window-job", "field-name"],
+)  # fmt: skip
+def test_a_lone_surrogate_in_a_body_is_a_400_naming_the_field(
+    api: Client, make_job: Callable[..., Job], method: str, path: str, body: str, field: str
+) -> None:
+    make_job("report", task="tests.record", kwargs={"log": "/dev/null"})
+
+    response = api.generic(
+        method,
+        path,
+        body % LONE_SURROGATE,
+        content_type="application/json",
+        headers={"idempotency-key": "k"},
+    )
+
+    assert response.status_code == 400, response.content
+    assert list(response.json()["fields"]) == [field]
+    assert "lone surrogate" in response.json()["fields"][field][0]
+    assert not JobRun.objects.exists() and not Blackout.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"seconds": "x" * 1024 * 1024}, {"seconds": [0] * 100_000}],
+    ids=["1-MB-string", "100000-element-list"],
+)
+def test_kwargs_over_the_bound_are_a_400_naming_them(
+    api: Client, make_job: Callable[..., Job], kwargs: dict[str, Any]
+) -> None:
+    make_job("report", task="tests.record", kwargs={"log": "/dev/null"})
+
+    response = api.post(
+        "/api/jobs/report/runs",
+        {"kwargs": kwargs},
+        content_type="application/json",
+        headers={"idempotency-key": "k"},
+    )
+
+    assert response.status_code == 400, response.content[:300]
+    (message,) = response.json()["fields"]["kwargs"]
+    assert f"at most {64 * 1024}" in message
+    assert not JobRun.objects.exists()
+
+
+def test_a_blackout_description_over_the_bound_is_a_400_naming_it(api: Client) -> None:
+    window = {"name": "w", "starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-02T00:00:00Z"}
+
+    long = api.post("/api/blackouts", {**window, "description": "x" * 1024 * 1024},
+                    content_type="application/json")  # fmt: skip
+    at_bound = api.post("/api/blackouts", {**window, "description": "x" * 2000},
+                        content_type="application/json")  # fmt: skip
+
+    assert long.status_code == 400
+    assert list(long.json()["fields"]) == ["description"]
+    assert "at most 2000 characters" in long.json()["fields"]["description"][0]
+    assert at_bound.status_code == 201
+    assert Blackout.objects.get().description == "x" * 2000
+
+
 def test_the_database_refuses_a_second_run_with_one_key(make_job: Callable[..., Job]) -> None:
     job = make_job("report")
     now = timezone.now()
@@ -639,11 +757,14 @@ def test_a_nul_or_a_huge_number_in_a_path_is_a_json_404(api: Client) -> None:
         response = api.generic(method, path)
         assert response.status_code == 404, path
         assert response["Content-Type"] == "application/json"
-    # The CLI's removals of the same names: no such window or token (exit status 1).
-    for command in (("jobs", "blackout", "remove", "a\x00b"), ("apitoken", "revoke", "\x00")):
-        with pytest.raises(CommandError, match=r"no (blackout window|token) named") as info:
-            call_command(*command, stdout=io.StringIO(), stderr=io.StringIO())
-        assert info.value.returncode == 1
+    # The CLI's removals of the same names: a name no window can have (a usage error, exit
+    # status 2), no such token (1).
+    with pytest.raises(CommandError, match=r"NAME: 'a\\x00b' cannot contain the NUL") as info:
+        call_command("jobs", "blackout", "remove", "a\x00b", stderr=io.StringIO())
+    assert info.value.returncode == 2
+    with pytest.raises(CommandError, match=r"no token named") as info:
+        call_command("apitoken", "revoke", "\x00", stdout=io.StringIO(), stderr=io.StringIO())
+    assert info.value.returncode == 1
 
 
 def test_the_apitoken_command_prints_the_secret_once() -> None:
@@ -675,11 +796,14 @@ def test_the_apitoken_command_prints_the_secret_once() -> None:
         call_command("apitoken", "revoke", "ci")
 
 
+@pytest.mark.parametrize("debug", [False, True], ids=["production", "debug"])
 def test_a_body_over_the_limit_is_a_json_413_saying_so(
-    api: Client, make_job: Callable[..., Job], settings: Any
+    api: Client, make_job: Callable[..., Job], settings: Any, debug: bool
 ) -> None:
+    # With DEBUG on, Django answered its HTML debug page with a 400 (issue 41).
+    settings.DEBUG = debug
     make_job("report")
-    body = '{"queue": "' + "q" * 10 * 1024 * 1024 + '"}'
+    body = '{"queue": "' + "q" * 3 * 1024 * 1024 + '"}'
 
     response = api.generic("PATCH", "/api/jobs/report", body, content_type="application/json")
 

@@ -6,13 +6,15 @@ token), beyond the schema's fuzz (test_openapi.py):
   parameter with a JSON 400 or 404. The routes come from the URLconf, so a new one is fuzzed
   without being listed;
 - names and texts in bodies (a job's queue, calendar and upstreams; a blackout's name, job and
-  description): a 400 naming the field, or the value stored as sent and no stored name holding
-  a control character.
+  description; a run's kwargs, keys and values), drawn from every code point, lone surrogates
+  and NUL included: a 400 naming the field, or the value stored as sent (and read back so) and
+  no stored name holding a control character.
 
 Never a 500: the test client re-raises any exception a view lets through."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import quote
@@ -25,11 +27,12 @@ from hypothesis import strategies as st
 
 from jobs import services
 from jobs.audit import Actor
-from jobs.models import Blackout, Job
+from jobs.models import Blackout, Job, JobRun
 from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
 from jobs.web import tokens
-from tests.support.fuzzing import fuzz_settings
+from tests.support.fuzzing import any_text, fuzz_settings
+from tests.support.hostile_values import UNENCODABLE
 
 pytestmark = pytest.mark.django_db
 
@@ -106,14 +109,16 @@ def test_every_route_answers_hostile_path_parameters_with_400_or_404() -> None:
 
 # Names and texts of bodies, each with hostile values; hypothesis adds random text.
 TEXTS: dict[str, list[Any]] = {
-    "queue": ["default", "", " ", "q" * 101, *HOSTILE],
-    "holiday_calendar": ["US", "", "XX", *HOSTILE],
-    "after": [["first"], ["first", "first"], [""], *([text] for text in HOSTILE)],
-    "name": ["freeze", "", " ", "a/b", *HOSTILE],
-    "job": ["fuzzed", None, "nope", *HOSTILE],
-    "description": ["why", "", *HOSTILE],
+    "queue": ["default", "", " ", "q" * 101, *HOSTILE, *UNENCODABLE],
+    "holiday_calendar": ["US", "", "XX", *HOSTILE, *UNENCODABLE],
+    "after": [["first"], ["first", "first"], [""], *([text] for text in HOSTILE + UNENCODABLE)],
+    "name": ["freeze", "", " ", "a/b", *HOSTILE, *UNENCODABLE],
+    "job": ["fuzzed", None, "nope", *HOSTILE, *UNENCODABLE],
+    "description": ["why", "", "x" * 2001, *HOSTILE, *UNENCODABLE],
+    "kwargs": [{}, {"seconds": 0}, {"nope": 1}, *({"seconds": t} for t in UNENCODABLE)],
 }
 JOB_TEXTS = ("queue", "holiday_calendar", "after")
+WINDOW_TEXTS = ("name", "job", "description")
 WINDOW = {"starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-02T00:00:00Z"}
 
 
@@ -129,14 +134,18 @@ def test_names_and_texts_in_bodies_are_stored_as_sent_or_a_400_naming_the_field(
 
     @st.composite
     def bodies(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
-        target = draw(st.sampled_from(["job", "blackout"]))
-        names = JOB_TEXTS if target == "job" else ("name", "job", "description")
+        target = draw(st.sampled_from(["job", "blackout", "run"]))
+        if target == "run":
+            given = st.dictionaries(any_text(), any_text(), max_size=2)
+            return target, {"kwargs": draw(st.one_of(st.sampled_from(TEXTS["kwargs"]), given))}
+        names = JOB_TEXTS if target == "job" else WINDOW_TEXTS
         body: dict[str, Any] = {} if target == "job" else {**WINDOW, "name": "freeze"}
         for field in draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True)):
-            text = st.text(alphabet=st.characters(codec="utf-8"), max_size=20)
-            random = st.lists(text, max_size=2) if field == "after" else text
+            random = st.lists(any_text(), max_size=2) if field == "after" else any_text()
             body[field] = draw(st.one_of(st.sampled_from(TEXTS[field]), random))
         return target, body
+
+    keys = iter(range(10**6))
 
     @fuzz_settings(200)
     @given(sent=bodies())
@@ -144,12 +153,18 @@ def test_names_and_texts_in_bodies_are_stored_as_sent_or_a_400_naming_the_field(
         target, body = sent
         if target == "job":
             response = api.patch("/api/jobs/fuzzed", body, content_type="application/json")
-        else:
+        elif target == "blackout":
             response = api.post("/api/blackouts", body, content_type="application/json")
+        else:
+            key = f"fuzz-{next(keys)}"
+            response = api.post("/api/jobs/fuzzed/runs", body, content_type="application/json",
+                                headers={"idempotency-key": key})  # fmt: skip
 
         if response.status_code == 400:
             assert set(response.json()["fields"]) <= set(body), (body, response.json())
             return
+        # What the server read: JSON's escapes of a surrogate pair are the one character.
+        body = json.loads(json.dumps(body))
         assert response.status_code in (200, 201), (body, response.content[:300])
         if target == "job":
             stored = Job.objects.get(name="fuzzed")
@@ -158,6 +173,9 @@ def test_names_and_texts_in_bodies_are_stored_as_sent_or_a_400_naming_the_field(
                 assert getattr(stored, field) == body[field], field
             assert "after" not in body or upstreams == sorted(body["after"])
             assert not has_control_character(stored.queue + stored.holiday_calendar)
+        elif target == "run":
+            run = JobRun.objects.get(pk=response.json()["id"])
+            assert run.kwargs in (None, {"log": "-", **body["kwargs"]}), body
         else:
             window = Blackout.objects.select_related("job").get(name=body["name"])
             assert window.description == body.get("description", "")

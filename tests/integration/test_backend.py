@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("django.tasks")
 
@@ -31,6 +33,8 @@ from jobs.guard.runner import execute_run
 from jobs.models import Job, JobKind, JobRun, Lease, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
 from tests.support import django_tasks
+from tests.support.fuzzing import any_text, fuzz_settings
+from tests.support.hostile_values import UNENCODABLE
 from tests.support.worker_threads import worker_holding_its_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -487,3 +491,33 @@ def test_task_started_and_task_finished_are_sent_and_logged(
     assert f"Task id={added.id} path={ADD} state=RUNNING" in lines
     assert f"Task id={added.id} path={ADD} state=SUCCESSFUL" in lines
     assert f"Task id={failed.id} path={django_tasks.boom.module_path} state=FAILED" in lines
+
+
+def test_enqueue_stores_any_text_as_given_or_refuses_it_naming_the_arguments(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """Every code point, lone surrogates and NUL included (issue 41): a run whose arguments read
+    back as given, or a ``TypeError`` saying which arguments cannot be stored; never a database
+    error, and nothing recorded for a refusal."""
+
+    @fuzz_settings(60)
+    @given(
+        note=st.one_of(st.sampled_from([*UNENCODABLE, "\x00"]), any_text()), keyword=st.booleans()
+    )
+    def enqueue(note: str, keyword: bool) -> None:
+        before = JobRun.objects.count()
+        try:
+            result: Any = (
+                django_tasks.introspect.enqueue(note=note)
+                if keyword
+                else django_tasks.boom.enqueue(note)
+            )
+        except TypeError as exc:
+            assert ("kwargs" if keyword else "args") in str(exc), str(exc)
+            assert "cannot be stored" in str(exc), str(exc)
+            assert JobRun.objects.count() == before
+            return
+        run = _run(result)
+        assert (run.args, run.kwargs) == (([], {"note": note}) if keyword else ([note], {}))
+
+    enqueue()

@@ -266,7 +266,7 @@ BAD_ADD_INPUT = [
     ),
     pytest.param(
         ["--every", "10s", "--queue", "re\x00ports"],
-        "jobs add: error: --queue: Null characters are not allowed.",
+        r"jobs add: error: --queue: 're\x00ports' cannot contain the NUL character (\u0000)",
         id="queue-nul",
     ),
     # Names that are printed or routed hold no control character (issue 29: a queue "a\nb" split
@@ -405,11 +405,61 @@ def test_usage_errors_of_other_verbs(args: list[str], message: str) -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("verb", ["show", "run", "pause", "resume", "remove", "runs"])
-@pytest.mark.parametrize("name", ["ghost", "gh\x00ost"])
-def test_an_unknown_job_name_is_status_1(verb: str, name: str) -> None:
-    error = jobs_error(verb, name)
-    assert str(error) == f"jobs {verb}: error: no job named {name!r}"
+def test_an_unknown_job_name_is_status_1(verb: str) -> None:
+    error = jobs_error(verb, "ghost")
+    assert str(error) == f"jobs {verb}: error: no job named 'ghost'"
     assert error.returncode == 1
+
+
+# What no name or text can hold (jobs.text): a NUL, and the lone surrogate that Python makes of
+# an argument's invalid UTF-8 byte (here 0xFF, as a shell passes $'\xff').
+NOT_UTF8 = "\udcff"
+WINDOW = ["--from", "2030-01-01T00:00Z", "--until", "2030-01-02T00:00Z"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["show", NOT_UTF8], "NAME"),
+        (["show", "gh\x00ost"], "NAME"),
+        (["run", NOT_UTF8], "NAME"),
+        (["add", NOT_UTF8, "--task", "tests.cli_example", "--every", "10s"], "NAME"),
+        (["add", "x", "--task", "tests.cli_example", "--every", "10s", "--queue", NOT_UTF8],
+         "--queue"),
+        (["add", "x", "--task", "tests.cli_example", "--every", "10s", f"--queue={NOT_UTF8}"],
+         "--queue"),
+        (["runs", NOT_UTF8], "JOB"),
+        (["runs", "--status", NOT_UTF8], "--status"),
+        (["blackout", "add", NOT_UTF8, *WINDOW], "NAME"),
+        (["blackout", "add", "w", *WINDOW, "--description", NOT_UTF8], "--description"),
+        (["blackout", "add", "w", *WINDOW, "--job", NOT_UTF8], "--job"),
+    ],
+)  # fmt: skip
+def test_text_the_database_cannot_hold_is_one_line_naming_the_argument(
+    args: list[str], named: str
+) -> None:
+    error = jobs_error(*args)
+
+    verb = " ".join(args[:2]) if args[0] == "blackout" else args[0]
+    assert str(error).startswith(f"jobs {verb}: error: {named}: "), str(error)
+    assert "\n" not in str(error)
+    str(error).encode()  # printable on a UTF-8 terminal
+    assert error.returncode == 2
+    assert not Job.objects.exists() and not Blackout.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kwargs", ['{"seconds": "\\ud800"}', '{"\\udfff": 1}'])
+def test_run_kwargs_with_a_lone_surrogate_are_one_line_naming_the_flag(kwargs: str) -> None:
+    add("report", "--every", "10s")
+
+    error = jobs_error("run", "report", "--kwargs", kwargs)
+
+    assert str(error).startswith("jobs run: error: --kwargs: "), str(error)
+    assert "lone surrogate" in str(error)
+    assert error.returncode == 2
+    assert not JobRun.objects.exists()
 
 
 # --- errors from a real shell: one line on stderr, no traceback ---------------------------
@@ -464,6 +514,29 @@ def test_a_shell_gets_the_same_single_line_and_status_2(args: list[str]) -> None
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.rstrip("\n") == str(jobs_error(*args))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", NOT_UTF8],
+        ["add", NOT_UTF8, "--task", "t", "--every", "10s"],
+        ["add", "x", "--task", "t", "--every", "10s", "--queue", NOT_UTF8],
+        ["runs", NOT_UTF8],
+        ["blackout", "add", NOT_UTF8, *WINDOW],
+        ["add", "x", "--task", "t", "--every", NOT_UTF8],
+        [NOT_UTF8],
+    ],
+    ids=["show", "add", "queue", "runs", "blackout-add", "every", "verb"],
+)
+def test_a_shell_passing_invalid_utf8_gets_one_line_and_status_2(args: list[str]) -> None:
+    # subprocess passes each "\udcff" to the child as the byte 0xFF (os.fsencode).
+    result = _manage(*args)
+
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "UnicodeEncodeError" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "\\udcff" in result.stderr, result.stderr
 
 
 def test_a_shell_gets_the_example_line_of_the_issue() -> None:

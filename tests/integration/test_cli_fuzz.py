@@ -1,7 +1,8 @@
 """Property-based fuzzing of ``manage.py jobs add``, ``jobs run``, ``jobs blackout add|remove``
 and ``apitoken create|revoke`` (hypothesis, in process through ``call_command``): whatever the
-flags hold (control characters, NUL, very long values), the command either does its work (and no
-name it stored holds a control character) or fails with one line ``... error: ...`` that names
+flags hold (control characters, NUL, very long values, any code point: lone surrogates are what a
+shell's invalid UTF-8 becomes), the command either does its work (and no name it stored holds a
+control character) or fails with one line ``... error: ...`` that names
 the flag (or NAME) at fault and exit status 2 (1 for a job, window or token that does not
 exist); never a traceback (any other exception fails the test)."""
 
@@ -19,8 +20,8 @@ from hypothesis import strategies as st
 from jobs.models import ApiToken, Blackout, Job
 from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
-from tests.support.fuzzing import fuzz_settings
-from tests.support.hostile_values import BAD_RECORD_KWARGS, CONTROL
+from tests.support.fuzzing import any_text, fuzz_settings
+from tests.support.hostile_values import BAD_RECORD_KWARGS, CONTROL, UNENCODABLE
 from tests.support.job_factory import new_job
 
 pytestmark = pytest.mark.django_db
@@ -59,6 +60,8 @@ OPTIONS = {
         '{"log": "-"}',
         '{"log": "\\u0000"}',
         '{"\\u0000": "-"}',
+        '{"log": "\\ud800"}',
+        '{"log": "-", "seconds": "' + "x" * 70_000 + '"}',
         *BAD_RECORD_KWARGS,
         "[1]",
         "null",
@@ -74,14 +77,14 @@ OPTIONS = {
     "--time-limit": ["60s", "10s", "-1s"],
     "--lease-ttl": ["30s", "1s", "1d", "2d", "2147483648"],
     "--min-hold": ["0", "1m", "1w"],
-    "--queue": ["default", "", "q" * 101, *CONTROL],
-    "--holiday-calendar": ["US", "DE-BY", "XX", *CONTROL],
+    "--queue": ["default", "", "q" * 101, *CONTROL, *UNENCODABLE],
+    "--holiday-calendar": ["US", "DE-BY", "XX", *CONTROL, *UNENCODABLE],
     "--priority": ["0", "9", "10", "-1", "x"],
     "--colour": ["red"],  # not a flag of ours
 }
-NAMES = ["existing", "", " ", "a/b", "N" * 191, "-", "--every", *CONTROL]
-# Any text a script could pass: encodable in UTF-8 (no lone surrogates).
-TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=30)
+NAMES = ["existing", "", " ", "a/b", "N" * 191, "-", "--every", *CONTROL, *UNENCODABLE]
+# Any text a script could pass, invalid UTF-8 bytes included (Python reads them as surrogates).
+TEXT = any_text(max_size=30)
 # A valid command to start each example from: every example then spoils one or two flags (a
 # schedule flag replaces the schedule) with values that broke an edge once, or random text.
 VALID = {"--task": TASK, "--kwargs": '{"log": "-"}'}
@@ -183,7 +186,7 @@ def window_and_token_commands(draw: st.DrawFn) -> list[str]:
         flags = {"--from": "2030-01-01T00:00Z", "--until": "2030-01-02T00:00Z"}
         for flag in draw(st.lists(st.sampled_from(["--from", "--until", "--job", "--description"]),
                                   max_size=2, unique=True)):  # fmt: skip
-            choices = {"--job": ["existing", "nope"], "--description": ["why", "a\nb"]}
+            choices = {"--job": ["existing", "nope"], "--description": ["why", "a\nb", "x" * 2001]}
             flags[flag] = draw(value([*choices.get(flag, ["2030-01-01T00:00Z"]), *CONTROL]))
         return ["jobs", "blackout", "add", name, *itertools.chain(*flags.items())]
     command, action = verb.split()

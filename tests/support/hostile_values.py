@@ -14,3 +14,6 @@ BAD_RECORD_KWARGS = [
     '{"log": "-", "seconds": ' + "[" * 40 + "]" * 40 + "}",
     '{"log": "-", "city": "' + "x" * 300 + '"}',
 ]
+# Lone surrogates: what JSON's "\ud800" escape and a command line's invalid UTF-8 byte (Python's
+# surrogateescape) put in a string, which neither UTF-8 nor PostgreSQL can hold (jobs.text).
+UNENCODABLE = ["\ud800", "a\udfffb", "\udcff"]

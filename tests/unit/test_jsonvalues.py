@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from jobs.jsonvalues import MAX_DEPTH, check_storable, loads
+from jobs.jsonvalues import MAX_DEPTH, check_arguments_size, check_storable, loads
+from jobs.text import MAX_ARGUMENTS_BYTES
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,8 @@ def test_any_text_parses_or_is_a_value_error(text: str | bytes, message: str) ->
         (["a\x00b"], "NUL"),
         ({"\x00": 1}, "NUL"),
         ({"a": [{"b": "\x00"}]}, "NUL"),
+        (loads('["\\ud800"]'), "lone surrogate"),
+        (loads('{"\\udfff": 1}'), "lone surrogate"),
         ([float("nan")], "nan is not a number JSON can store"),
         ({"a": float("inf")}, "inf is not a number JSON can store"),
         (loads("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)), "nested too deeply: at most 32"),
@@ -52,3 +55,12 @@ def test_what_jsonb_cannot_store_is_refused(value: Any, message: str) -> None:
 )
 def test_what_jsonb_stores_is_accepted(value: Any) -> None:
     check_storable(value)
+
+
+def test_arguments_are_bounded_in_bytes_of_compact_json() -> None:
+    # {"a":"…"} is 8 bytes around the string; "é" is two bytes of UTF-8.
+    check_arguments_size({"a": "x" * (MAX_ARGUMENTS_BYTES - 8)})
+    with pytest.raises(ValueError, match=f"at most {MAX_ARGUMENTS_BYTES}"):
+        check_arguments_size({"a": "é" * (MAX_ARGUMENTS_BYTES // 2)})
+    with pytest.raises(ValueError, match=f"at most {MAX_ARGUMENTS_BYTES}"):
+        check_arguments_size({"a": [0] * 100_000})
