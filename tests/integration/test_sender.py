@@ -11,7 +11,8 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from jobs.alerts import channels, sender
+from jobs.alerts import sender
+from jobs.alerts.channels import webhook
 from jobs.guard import lease
 from jobs.models import AlertDelivery, Incident, Job
 from tests.integration.conftest import ALERT_SECRET
@@ -78,7 +79,7 @@ def test_a_failing_receiver_is_retried_with_backoff_and_the_row_keeps_the_error(
 def test_a_receiver_that_times_out_is_retried_and_its_secret_path_not_recorded(
     make_job: Callable[..., Job], alerts_to: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(channels, "WEBHOOK_TIMEOUT", 0.3)
+    monkeypatch.setattr(webhook, "WEBHOOK_TIMEOUT", 0.3)
     with Receiver(delay=1.0) as receiver:
         alerts_to(receiver.url)
         run_here(make_job("flaky", task="tests.fail", alert_channels="webhook"))
