@@ -1,12 +1,10 @@
-"""One incident's notification, and the alert settings around it, as the channels' tests send
-it."""
+"""One incident's notification, as the channels' tests send it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from jobs.alerts.notification import Notification
-from jobs.conf import AlertsConf
 
 SECRET = "k" * 32
 BODY: dict[str, Any] = {
@@ -28,12 +26,3 @@ NOTIFICATION = Notification(
     subject="[jobs] FAILED: job report is failing",
     headline="[failed] job report is failing",
 )  # fmt: skip
-
-
-def alerts_conf(**values: Any) -> AlertsConf:
-    # The suite's receivers listen on 127.0.0.1: a loopback target, refused unless allowed.
-    fields: dict[str, Any] = {
-        "webhook_url": "", "webhook_secret": "", "emails": (), "public_url": "",
-        "allow_private_targets": True, **values,
-    }  # fmt: skip
-    return AlertsConf(**fields)

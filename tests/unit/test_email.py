@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from jobs.alerts.channels import DeliveryFailed
-from jobs.alerts.channels.email import send_email
-from tests.support.alert_notifications import NOTIFICATION, alerts_conf
+from jobs.alerts.channels.email import EmailChannel
+from tests.support.alert_notifications import NOTIFICATION
 
 
 def test_the_email_says_what_the_incident_is_with_its_links(mailoutbox: list[Any]) -> None:
-    send_email(NOTIFICATION, alerts_conf(emails=("ops@example.com",)))
+    EmailChannel(emails=("ops@example.com",)).send(NOTIFICATION)
     (message,) = mailoutbox
     assert message.subject == "[jobs] FAILED: job report is failing"
     assert message.to == ["ops@example.com"]
@@ -32,4 +32,4 @@ def test_a_failing_mail_server_is_a_failed_delivery(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr("django.core.mail.EmailMessage.send", refuse)
     with pytest.raises(DeliveryFailed, match="e-mail: connection refused"):
-        send_email(NOTIFICATION, alerts_conf(emails=("ops@example.com",)))
+        EmailChannel(emails=("ops@example.com",)).send(NOTIFICATION)

@@ -1,14 +1,39 @@
-"""Delivering one notification on one channel: a signed webhook POST (:mod:`.webhook`), or an
-e-mail through Django's e-mail backend (:mod:`.email`). Each raises :class:`DeliveryFailed`
-saying why, and never waits longer than its timeout, so a slow receiver delays only the alerts
-behind it."""
+"""The channels an incident's notification is delivered on: a base (:mod:`.base`: what a channel
+declares, and the registry) and one module per channel, each registering itself when imported:
+a signed webhook POST (:mod:`.webhook`), an e-mail through Django's backend (:mod:`.email`).
+
+Adding a channel is one module here (named in the import below) and its test; whatever lists the
+channels (the model choices, the settings and their docs, the sender) reads the registry.
+"""
 
 from __future__ import annotations
 
-from jobs.alerts.channels.base import DeliveryFailed
-from jobs.alerts.channels.email import send_email
-from jobs.alerts.channels.webhook import WEBHOOK_TIMEOUT, send_webhook
+# Registered as imported, the order of the choices and of the SQL's lists: webhook, then e-mail.
+# isort: off
+from jobs.alerts.channels import webhook
+from jobs.alerts.channels import email
 
-__all__ = ["SENDERS", "WEBHOOK_TIMEOUT", "DeliveryFailed", "send_email", "send_webhook"]
+# isort: on
+from jobs.alerts.channels.base import (
+    DELIVERY_TIMEOUT,
+    Channel,
+    DeliveryFailed,
+    Setting,
+    declared_settings,
+    register,
+    registered,
+    unregister,
+)
 
-SENDERS = {"webhook": send_webhook, "email": send_email}
+__all__ = [
+    "DELIVERY_TIMEOUT",
+    "Channel",
+    "DeliveryFailed",
+    "Setting",
+    "declared_settings",
+    "email",
+    "register",
+    "registered",
+    "unregister",
+    "webhook",
+]
