@@ -9,9 +9,10 @@ that reference in its place.
 - ``configuration``: the environment variables ``project/settings.py`` reads (found in its
   source: each ``env.<kind>("NAME", default=...)`` call, with its kind, default and minimum),
   the ones only ``make run`` and compose read, and the settings of the ``jobs`` app with their
-  defaults (``jobs.conf.DEFAULTS``). The meaning of each variable is written here, in
-  ``MEANINGS``: a variable the code reads without one, or a meaning for a variable no code
-  reads, fails the build, naming it.
+  defaults (``jobs.conf.DEFAULTS``, and the alert channels' settings). The meaning of each
+  variable is written here, in ``MEANINGS`` (an alert channel's, by its channel): a variable
+  the code reads without one, or a meaning for a variable no code reads, fails the build,
+  naming it.
 
 A reference missing from its page, or a marker naming no reference, fails the build too.
 """
@@ -40,7 +41,8 @@ class StaleReference(Exception):
 
 # --- what each variable means ------------------------------------------------------------------
 
-# Variable → (meaning, a remark on its default). Read by project/settings.py.
+# Variable → (meaning, a remark on its default). Read by project/settings.py. The alert
+# channels' own settings mean what their channel declares (jobs.alerts.channels): see _meanings().
 MEANINGS: Mapping[str, tuple[str, str]] = {
     "DATABASE_URL": (
         "PostgreSQL URL (dj-database-url syntax)",
@@ -115,25 +117,9 @@ MEANINGS: Mapping[str, tuple[str, str]] = {
         "where the admin links each run's task in Flower; empty: no link",
         "set by `make run` and compose",
     ),
-    "JOBS_ALERT_WEBHOOK_URL": ("where incidents are posted ([alerts](alerts.md))", ""),
-    "JOBS_ALERT_WEBHOOK_SECRET": (
-        "the secret (at least 32 characters, required with the URL) their HMAC signature is "
-        "made with ([alerts](alerts.md))",
-        "",
-    ),
-    "JOBS_ALERT_EMAILS": (
-        "comma-separated addresses e-mailed each incident (`EMAIL_*`, `DEFAULT_FROM_EMAIL`: "
-        "Django's)",
-        "",
-    ),
     "JOBS_PUBLIC_URL": (
         "this deployment's address, for the admin links of alerts, e.g. `https://jobs.example.com`",
         "alerts without links (`manage.py check` warns)",
-    ),
-    "JOBS_ALERT_ALLOW_PRIVATE_TARGETS": (
-        "`1`: a webhook may be posted to a loopback, private, link-local or other non-public "
-        "address ([security](security.md))",
-        "refused",
     ),
     "JOBS_METRICS_ALLOW_FROM": (
         "addresses/networks (CIDR) that may read `/metrics` and the probes' details without a "
@@ -296,18 +282,35 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def configuration_reference() -> str:
-    from jobs.conf import DEFAULTS, RETENTION_DEFAULTS
+def _meanings() -> dict[str, tuple[str, str]]:
+    from jobs.alerts.channels import declared_settings
 
+    declared = declared_settings().values()
+    return {**MEANINGS, **{setting.name: (setting.meaning, setting.remark) for setting in declared}}
+
+
+def _app_settings() -> dict[str, object]:
+    """The ``jobs`` app's settings and their defaults: ``jobs.conf``'s, the channels' own."""
+    from jobs.alerts.channels import declared_settings
+    from jobs.conf import DEFAULTS
+
+    declared = declared_settings().values()
+    return {**DEFAULTS, **{setting.name: setting.default for setting in declared}}
+
+
+def configuration_reference() -> str:
+    from jobs.conf import RETENTION_DEFAULTS
+
+    meanings = _meanings()
     variables = settings_variables()
     read = {variable.name for variable in variables}
-    undocumented = sorted(read - set(MEANINGS))
+    undocumented = sorted(read - set(meanings))
     if undocumented:
         raise StaleReference(
             f"project/settings.py reads {', '.join(undocumented)}, which "
             "devtools/docs_reference.py's MEANINGS does not describe"
         )
-    stale = sorted(set(MEANINGS) - read)
+    stale = sorted(set(meanings) - read)
     if stale:
         raise StaleReference(
             f"devtools/docs_reference.py's MEANINGS describes {', '.join(stale)}, which "
@@ -333,7 +336,7 @@ def configuration_reference() -> str:
         "| --- | --- | --- | --- |",
     ]
     for variable in variables:
-        meaning, remark = MEANINGS[variable.name]
+        meaning, remark = meanings[variable.name]
         default = variable.default
         if variable.name == "JOBS_RETENTION_<STATUS>":
             default = retention
@@ -361,13 +364,13 @@ def configuration_reference() -> str:
         "### Settings of the `jobs` app",
         "",
         "What the app reads from Django settings, with the default it assumes when a project sets",
-        "nothing (`jobs.conf.DEFAULTS`); this repository's settings read each from the variable",
-        "named.",
+        "nothing (`jobs.conf.DEFAULTS`, and each alert channel's `settings`); this repository's",
+        "settings read each from the variable named.",
         "",
         "| setting | default | variable here |",
         "| --- | --- | --- |",
     ]
-    for setting, app_default in DEFAULTS.items():
+    for setting, app_default in _app_settings().items():
         matches = [v.name for v in variables if v.name == setting] or [
             v.name for v in variables if v.name.startswith(f"{setting}_<")
         ]

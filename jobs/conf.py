@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.core.validators import validate_email
+from django.core.exceptions import ImproperlyConfigured
 
-from jobs.alerts.targets import ALLOW_SETTING, configured_host_problem
+from jobs.alerts.channels import Channel, registered
+from jobs.alerts.targets import require_http_url
 
 # What the app assumes when a project sets nothing (so `INSTALLED_APPS` is all it needs); this
 # repository's project/settings.py reads each from the environment with the same defaults.
@@ -45,11 +44,7 @@ DEFAULTS: Mapping[str, object] = MappingProxyType(
         "JOBS_RETENTION": RETENTION_DEFAULTS,
         "JOBS_RETENTION_INTERVAL": 3600.0,
         "JOBS_RETENTION_VACUUM": True,
-        "JOBS_ALERT_WEBHOOK_URL": "",
-        "JOBS_ALERT_WEBHOOK_SECRET": "",
-        "JOBS_ALERT_EMAILS": (),
         "JOBS_PUBLIC_URL": "",
-        "JOBS_ALERT_ALLOW_PRIVATE_TARGETS": False,
     }
 )
 
@@ -170,73 +165,36 @@ def get_ops_conf() -> OpsConf:
 
 # --- alerts ---------------------------------------------------------------------------------
 
-# Shorter secrets can be guessed from one signed body; 32 characters of a random string are not.
-MIN_WEBHOOK_SECRET_LENGTH = 32
-
 
 @dataclass(frozen=True)
 class AlertsConf:
-    webhook_url: str
-    # Never shown: not in the repr, not in a log line, not in an error message.
-    webhook_secret: str = field(repr=False)
-    emails: tuple[str, ...]
     public_url: str
-    # Webhooks to loopback, link-local, private and other non-public addresses (jobs.alerts.
-    # targets): refused unless allowed, e.g. for a receiver on the same host.
-    allow_private_targets: bool = False
+    # Every registered channel as its settings configure it (jobs.alerts.channels), validated
+    # when built; configured or not.
+    backends: tuple[Channel, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.webhook_url:
-            _http_url("JOBS_ALERT_WEBHOOK_URL", self.webhook_url)
-            self._check_webhook_host()
-            if len(self.webhook_secret) < MIN_WEBHOOK_SECRET_LENGTH:
-                raise ImproperlyConfigured(
-                    "JOBS_ALERT_WEBHOOK_SECRET must be set to a random string of at least "
-                    f"{MIN_WEBHOOK_SECRET_LENGTH} characters when JOBS_ALERT_WEBHOOK_URL is: "
-                    "every notification is signed with it."
-                )
-        for address in self.emails:
-            try:
-                validate_email(address)
-            except ValidationError:
-                raise ImproperlyConfigured(
-                    f"JOBS_ALERT_EMAILS: {address!r} is not an e-mail address."
-                ) from None
         if self.public_url:
-            _http_url("JOBS_PUBLIC_URL", self.public_url)
-
-    def _check_webhook_host(self) -> None:
-        host = urlsplit(self.webhook_url).hostname or ""
-        problem = None if self.allow_private_targets else configured_host_problem(host)
-        if problem is not None:
-            # The host only: a webhook URL's path is often its secret.
-            raise ImproperlyConfigured(
-                f"JOBS_ALERT_WEBHOOK_URL: {problem}; alerts are posted to public addresses "
-                f"only, unless {ALLOW_SETTING} is set (docs/security.md)."
-            )
+            require_http_url("JOBS_PUBLIC_URL", self.public_url)
 
     @property
     def channels(self) -> frozenset[str]:
         """The channels configured: the others' notifications are dropped."""
-        return frozenset(
-            name
-            for name, configured in (("webhook", self.webhook_url), ("email", self.emails))
-            if configured
-        )
+        return frozenset(backend.name for backend in self.backends if backend.configured)
 
-
-def _http_url(name: str, value: str) -> None:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ImproperlyConfigured(f"{name}={value!r} must be an http:// or https:// URL.")
+    def backend(self, name: str) -> Channel | None:
+        """The channel ``name``, or ``None`` when no channel has that name."""
+        return next((backend for backend in self.backends if backend.name == name), None)
 
 
 @cache
 def get_alerts_conf() -> AlertsConf:
     return AlertsConf(
-        webhook_url=str(_setting("JOBS_ALERT_WEBHOOK_URL")),
-        webhook_secret=str(_setting("JOBS_ALERT_WEBHOOK_SECRET")),
-        emails=tuple(_setting("JOBS_ALERT_EMAILS")),
         public_url=str(_setting("JOBS_PUBLIC_URL")).rstrip("/"),
-        allow_private_targets=bool(_setting("JOBS_ALERT_ALLOW_PRIVATE_TARGETS")),
+        backends=tuple(
+            channel.from_settings(
+                {s.name: getattr(settings, s.name, s.default) for s in channel.settings}
+            )
+            for channel in registered().values()
+        ),
     )

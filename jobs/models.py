@@ -22,6 +22,8 @@ from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
 from jobs import jsonvalues, text, timestamps
+from jobs.alerts.channels import registered
+from jobs.alerts.channels.base import MAX_NAME_LENGTH
 from jobs.exceptions import NameReadsLikeAnother
 from jobs.names import (
     JOB_NAME_VALIDATORS,
@@ -62,13 +64,19 @@ class OnLost(models.TextChoices):
     RETRY = "retry", "retry: re-run once with a new token (at least once)"
 
 
-class AlertChannels(models.TextChoices):
-    """Where a job's incidents are notified."""
+def alert_channel_choices() -> list[tuple[str, str]]:
+    """Where a job's incidents are notified: every channel the cluster configures, one channel
+    of the registry (jobs.alerts.channels), or none. A callable, so that a channel added is in
+    the choices without a migration."""
+    return [
+        ("default", "default: every channel the cluster configures"),
+        *((name, channel.label) for name, channel in registered().items()),
+        ("none", "none: never alert"),
+    ]
 
-    DEFAULT = "default", "default: every channel the cluster configures"
-    WEBHOOK = "webhook", "webhook only"
-    EMAIL = "email", "e-mail only"
-    NONE = "none", "none: never alert"
+
+def alert_channel_values() -> list[str]:
+    return [value for value, _ in alert_channel_choices()]
 
 
 class RunStatus(models.TextChoices):
@@ -387,8 +395,8 @@ class Job(DistinctName, models.Model):
     # Alerts: read by the database functions that open incidents (jobs/sql/alerts.sql).
     alert_channels = models.CharField(
         max_length=16,
-        default=AlertChannels.DEFAULT,
-        choices=AlertChannels.choices,
+        default="default",
+        choices=alert_channel_choices,
         help_text="Where this job's incidents are notified.",
     )
     alert_reasons = models.JSONField(
@@ -1207,9 +1215,9 @@ class AlertEvent(models.TextChoices):
     RESOLVED = "resolved"
 
 
-class Channel(models.TextChoices):
-    WEBHOOK = "webhook"
-    EMAIL = "email"
+def channel_choices() -> list[tuple[str, str]]:
+    """The channels of the registry (jobs.alerts.channels) an outbox row may be for."""
+    return [(name, name.title()) for name in registered()]
 
 
 class DeliveryState(models.TextChoices):
@@ -1230,7 +1238,7 @@ class AlertDelivery(models.Model):
     id = models.BigAutoField(primary_key=True)
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="deliveries")
     event = models.CharField(max_length=16, choices=AlertEvent.choices)
-    channel = models.CharField(max_length=16, choices=Channel.choices)
+    channel = models.CharField(max_length=MAX_NAME_LENGTH, choices=channel_choices)
     state = models.CharField(
         max_length=16, choices=DeliveryState.choices, db_default=DeliveryState.PENDING
     )

@@ -3,8 +3,6 @@ and an e-mail subject. Built at delivery time from the incident and its runs."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,9 +14,6 @@ from django.urls import reverse
 from jobs.conf import get_alerts_conf
 from jobs.models import AlertEvent, Incident, IncidentKind, JobRun
 from jobs.web.serializers import flower_task_url
-
-SIGNATURE_HEADER = "X-Jobs-Signature"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 _WHAT = {
     IncidentKind.FAILING: "is failing",
@@ -47,11 +42,6 @@ class Notification:
 def idempotency_key(incident_id: int, event: str) -> str:
     """Stable across attempts, senders and channels: the receiver's way to drop repeats."""
     return f"incident-{incident_id}-{event}"
-
-
-def sign(body: bytes, secret: str) -> str:
-    """The signature header's value: ``sha256=`` and the HMAC-SHA256 of the raw body, in hex."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 # Slack's and Mattermost's markup in a webhook's text: `<...>` is a link or a mention

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobs.alerts import outbox
-from jobs.alerts.channels import SENDERS, WEBHOOK_TIMEOUT, DeliveryFailed
+from jobs.alerts.channels import DELIVERY_TIMEOUT, DeliveryFailed
 from jobs.alerts.notification import Notification, build
 from jobs.background import PeriodicThread
 from jobs.conf import get_alerts_conf
@@ -28,15 +28,10 @@ log = logging.getLogger(__name__)
 LEASE_KEY = "alerts"
 LEASE_TTL = 60.0
 # A row taken is hidden this long: longer than a delivery may take (then it is retried).
-CLAIM_FOR = 3 * WEBHOOK_TIMEOUT
+CLAIM_FOR = 3 * DELIVERY_TIMEOUT
 # A drain gives the lease back after this long (plus the delivery under way at most), well
 # within the lease's ttl.
 DRAIN_FOR = LEASE_TTL / 3
-
-_NOT_CONFIGURED = {
-    "webhook": "JOBS_ALERT_WEBHOOK_URL is not set",
-    "email": "JOBS_ALERT_EMAILS is not set",
-}
 
 
 def holder_name() -> str:
@@ -94,11 +89,13 @@ def _deliver(row: outbox.Due, notification: Notification | None) -> None:
     }
     if notification is None:  # its incident was deleted with its job meanwhile (cascade)
         return
-    if row.channel not in conf.channels:
-        outbox.mark_dropped(row.delivery_id, _NOT_CONFIGURED.get(row.channel, "unknown channel"))
+    channel = conf.backend(row.channel)
+    if channel is None or not channel.configured:
+        why = "unknown channel" if channel is None else channel.not_configured
+        outbox.mark_dropped(row.delivery_id, why)
         return
     try:
-        SENDERS[row.channel](notification, conf)
+        channel.send(notification)
     except DeliveryFailed as exc:
         state = outbox.retry_later(row.delivery_id, row.attempts, str(exc))
         log.warning(

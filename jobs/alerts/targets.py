@@ -19,6 +19,9 @@ from collections.abc import Callable
 from http.client import HTTPConnection, HTTPResponse, HTTPSConnection
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import IO, Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
 
 ALLOW_SETTING = "JOBS_ALERT_ALLOW_PRIVATE_TARGETS"
 
@@ -27,6 +30,13 @@ Address = IPv4Address | IPv6Address
 
 class TargetRefused(OSError):
     """The webhook's host is, or resolves only to, an address that is not public."""
+
+
+def require_http_url(setting: str, value: str) -> None:
+    """Refuse ``value`` of ``setting`` unless it is an http:// or https:// URL with a host."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(f"{setting}={value!r} must be an http:// or https:// URL.")
 
 
 def non_public_kind(address: Address) -> str | None:

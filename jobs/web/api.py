@@ -41,7 +41,6 @@ from jobs.exceptions import IdempotencyKeyReused, NotFound, NotTriggerable, Toke
 from jobs.models import (
     JOB_ALERT_REASONS,
     JOB_DISPLAY_RELATED,
-    AlertChannels,
     AuditAction,
     AuditEntry,
     AuditSource,
@@ -54,6 +53,7 @@ from jobs.models import (
     Overlap,
     RunStatus,
     Trigger,
+    alert_channel_values,
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.web import serializers, tokens, unavailable
@@ -598,7 +598,7 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "holiday_calendar": _short_text(16),
     "active_from": _instant_or_null,
     "active_until": _instant_or_null,
-    "alert_channels": _one_of(AlertChannels.values),
+    "alert_channels": _one_of(alert_channel_values()),
     "alert_reasons": _reasons,
     "alerts_muted_until": _instant_or_null,
     "after": _names,

@@ -31,6 +31,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from jobs.alerts.channels import registered
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import age_of
@@ -39,7 +40,6 @@ from jobs.models import (
     TERMINAL_STATUSES,
     AlertDelivery,
     BeatHeartbeat,
-    Channel,
     DeliveryState,
     Incident,
     IncidentKind,
@@ -255,7 +255,7 @@ class JobsCollector(Collector):
             .annotate(n=Count("id"))
             .order_by()
         )
-        for channel in Channel.values:
+        for channel in registered():
             for state in DeliveryState.values:
                 deliveries.add_metric([channel, state], counts.get((channel, state), 0))
         oldest = GaugeMetricFamily(

@@ -17,7 +17,6 @@ from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
 from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.models import (
     JOB_ALERT_REASONS,
-    AlertChannels,
     AuditAction,
     AuditSource,
     CatchUp,
@@ -27,6 +26,7 @@ from jobs.models import (
     Overlap,
     RunStatus,
     Trigger,
+    alert_channel_values,
 )
 from jobs.web.serializers import RUN_FIELDS
 
@@ -167,7 +167,7 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
     "holiday_calendar": {"type": "string", "maxLength": 16},
     "active_from": _nullable(_DATETIME),
     "active_until": _nullable(_DATETIME),
-    "alert_channels": {"type": "string", "enum": AlertChannels.values},
+    "alert_channels": {"type": "string", "enum": alert_channel_values()},
     "alert_reasons": {
         "type": "array",
         "items": {"type": "string", "enum": list(JOB_ALERT_REASONS)},

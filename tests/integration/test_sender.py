@@ -4,17 +4,23 @@ channel is configured for."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core import mail
 from django.utils import timezone
 
-from jobs.alerts import channels, sender
+from jobs.alerts import sender
+from jobs.alerts.channels import Channel, Setting, register, unregister, webhook
+from jobs.alerts.notification import Notification
+from jobs.conf import get_alerts_conf
 from jobs.guard import lease
 from jobs.models import AlertDelivery, Incident, Job
 from tests.integration.conftest import ALERT_SECRET
+from tests.support.cached_settings import overriding
 from tests.support.job_factory import run_here
 from tests.support.webhook_receiver import Receiver
 
@@ -78,7 +84,7 @@ def test_a_failing_receiver_is_retried_with_backoff_and_the_row_keeps_the_error(
 def test_a_receiver_that_times_out_is_retried_and_its_secret_path_not_recorded(
     make_job: Callable[..., Job], alerts_to: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(channels, "WEBHOOK_TIMEOUT", 0.3)
+    monkeypatch.setattr(webhook, "WEBHOOK_TIMEOUT", 0.3)
     with Receiver(delay=1.0) as receiver:
         alerts_to(receiver.url)
         run_here(make_job("flaky", task="tests.fail", alert_channels="webhook"))
@@ -125,3 +131,77 @@ def test_the_thread_runs_its_checks_and_drains_only_when_something_is_due(
     assert looks == ["checked", "checked"]
     assert not AlertDelivery.objects.filter(state="pending").exists()
     assert sender.holder_name().startswith("alerts@")
+
+
+@dataclass(frozen=True)
+class InboxChannel(Channel):
+    """A channel of the suite's own, as a module would add one: its class, registered, is all
+    the outbox, the sender and the job's choice of channel need (no other file names it)."""
+
+    name = "inbox"
+    label = "inbox only"
+    settings = (Setting("JOBS_ALERT_TEST_INBOX", None, "the suite's list of notifications"),)
+
+    inbox: list[Notification] | None
+
+    @classmethod
+    def from_settings(cls, values: Mapping[str, Any]) -> InboxChannel:
+        return cls(inbox=values["JOBS_ALERT_TEST_INBOX"])
+
+    @property
+    def configured(self) -> bool:
+        return self.inbox is not None
+
+    def send(self, notification: Notification) -> None:
+        assert self.inbox is not None
+        self.inbox.append(notification)
+
+
+@pytest.fixture
+def inbox() -> Iterator[list[Notification]]:
+    """The inbox channel registered and configured for one test."""
+    register(InboxChannel)
+    received: list[Notification] = []
+    try:
+        with overriding(get_alerts_conf) as override:
+            override(JOBS_ALERT_TEST_INBOX=received)
+            yield received
+    finally:
+        unregister(InboxChannel.name)
+        get_alerts_conf.cache_clear()
+
+
+def test_a_channel_registered_by_its_module_alone_is_delivered_through_the_outbox(
+    make_job: Callable[..., Job], inbox: list[Notification], healing: Path
+) -> None:
+    job = make_job(
+        "flaky", task="tests.fail_until", kwargs={"healed": str(healing)}, alert_channels="inbox"
+    )
+    job.full_clean()  # a choice of the model's, read from the registry
+    run_here(job)
+    run_here(job)
+    assert sender.drain("test-sender") == 1
+    assert sender.drain("test-sender") == 0  # told once
+    incident = Incident.objects.get(job=job)
+    (opened,) = inbox
+    assert opened.idempotency_key == f"incident-{incident.pk}-opened"
+    assert opened.body["job"]["name"] == "flaky" and opened.body["incident"]["bad_runs"] == 2
+    assert set(AlertDelivery.objects.values_list("channel", "state")) == {("inbox", "delivered")}
+    # Its resolution follows on the same channel.
+    healing.touch()
+    run_here(job)
+    assert sender.drain("test-sender") == 1
+    assert [n.event for n in inbox] == ["opened", "resolved"]
+    assert inbox[1].idempotency_key == f"incident-{incident.pk}-resolved"
+
+
+def test_a_registered_channel_not_configured_is_dropped_naming_its_setting(
+    make_job: Callable[..., Job], inbox: list[Notification]
+) -> None:
+    with overriding(get_alerts_conf) as override:
+        override(JOBS_ALERT_TEST_INBOX=None)
+        run_here(make_job("flaky", task="tests.fail", alert_channels="inbox"))
+        assert sender.drain("test-sender") == 1
+    assert set(AlertDelivery.objects.values_list("state", "last_error")) == {
+        ("dropped", "JOBS_ALERT_TEST_INBOX is not set")
+    }

@@ -3,24 +3,34 @@ the webhook secret never shown."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from jobs.alerts.notification import sign
+from jobs.alerts.channels.email import EmailChannel
+from jobs.alerts.channels.webhook import WebhookChannel, sign
 from jobs.conf import AlertsConf
 
 SECRET = "k" * 32
 
 
-def _conf(**values: object) -> AlertsConf:
-    fields: dict[str, object] = {
-        "webhook_url": "",
-        "webhook_secret": "",
-        "emails": (),
-        "public_url": "",
-        **values,
-    }
-    return AlertsConf(**fields)  # type: ignore[arg-type]
+def _conf(
+    webhook_url: str = "",
+    webhook_secret: str = "",
+    emails: tuple[str, ...] = (),
+    public_url: str = "",
+    allow_private_targets: bool = False,
+) -> AlertsConf:
+    """The alert settings as ``jobs.conf.get_alerts_conf`` reads them into each channel."""
+    webhook = WebhookChannel(webhook_url, webhook_secret, allow_private_targets)
+    return AlertsConf(public_url=public_url, backends=(webhook, EmailChannel(emails)))
+
+
+def _webhook_url(conf: AlertsConf) -> str:
+    webhook = conf.backend("webhook")
+    assert isinstance(webhook, WebhookChannel)
+    return webhook.url
 
 
 @pytest.mark.parametrize(
@@ -34,7 +44,7 @@ def _conf(**values: object) -> AlertsConf:
         ({"public_url": "jobs.example.com"}, "JOBS_PUBLIC_URL"),
     ],
 )
-def test_a_bad_value_is_refused_naming_its_variable(values: dict[str, object], named: str) -> None:
+def test_a_bad_value_is_refused_naming_its_variable(values: dict[str, Any], named: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=named):
         _conf(**values)
 
@@ -87,9 +97,9 @@ def test_a_webhook_to_a_non_public_address_is_refused_naming_the_setting(
     assert kind in message and "JOBS_ALERT_ALLOW_PRIVATE_TARGETS" in message
     assert "secret-path" not in message  # the host only: the path is often the secret
     allowed = _conf(webhook_url=url, webhook_secret=SECRET, allow_private_targets=True)
-    assert allowed.webhook_url == url
+    assert _webhook_url(allowed) == url
 
 
 def test_a_webhook_to_a_public_address_or_a_name_is_accepted() -> None:
     for url in ("https://hooks.slack.com/services/T/B/x", "https://93.184.215.14/hook"):
-        assert _conf(webhook_url=url, webhook_secret=SECRET).webhook_url == url
+        assert _webhook_url(_conf(webhook_url=url, webhook_secret=SECRET)) == url

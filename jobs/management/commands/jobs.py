@@ -31,7 +31,6 @@ from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
     TERMINAL_STATUSES,
-    AlertChannels,
     Blackout,
     CatchUp,
     Incident,
@@ -42,6 +41,7 @@ from jobs.models import (
     OnLost,
     Overlap,
     RunStatus,
+    alert_channel_values,
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import describe
@@ -104,7 +104,7 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "holiday_calendar": {"metavar": "CODE"},
     "active_from": {"type": cli.instant, "metavar": "TIME"},
     "active_until": {"type": cli.instant, "metavar": "TIME"},
-    "alert_channels": {"choices": AlertChannels.values},
+    "alert_channels": {"choices": alert_channel_values()},
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
 }
 
