@@ -15,9 +15,11 @@ pipeline (one round trip); on RabbitMQ a burst's chunks go out back to back on o
 confirm mode, each chunk's frames in one write (``jobs.amqp_frames``), and a chunk's
 acknowledgements are awaited once for all of it, when the next chunk is handed over
 (``Burst``): the broker confirms one chunk while the beat inserts the next. Celery's
-``before/after_task_publish`` signals fire once per template, not per message, and no
-``task-sent`` events are sent (as for any burst: Flower shows each run once a worker receives
-it).
+``before/after_task_publish`` signals fire once per template, not per message. Each run's
+``task-sent`` event (when ``task_send_sent_event`` is on, as Celery sends it) is made the same
+way, from the event Celery made for the template's run, and goes out beside its message, in the
+same pipeline or write: Flower, ``celery events`` and exporters count a burst's runs as any
+others.
 
 A chunk whose sending fails, or whose acknowledgements do not all come, leaves its runs
 ``scheduled``: maintenance re-publishes them, and a message that did arrive twice is a no-op at
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,16 +71,47 @@ class Publication:
 
 
 class _KeepingProducer:
-    """Stands in for the producer in ``send_task``: keeps the publish call instead of making it."""
+    """Stands in for the producer in ``send_task``: keeps the publish calls (the message, then
+    its ``task-sent`` event) instead of making them."""
 
     def __init__(self, producer: Any) -> None:
         self.connection = producer.connection
-        self.body: Any = None
-        self.publish_kwargs: dict[str, Any] = {}
+        self.kept: list[tuple[Any, dict[str, Any]]] = []
 
     def publish(self, body: Any, **kwargs: Any) -> None:
-        self.body = body
-        self.publish_kwargs = kwargs
+        self.kept.append((body, kwargs))
+
+
+class _SentEvent:
+    """Celery's ``task-sent`` event for a template's runs: the event Celery made for the sample
+    run, with the run's own task id, arguments' repr and display name, and the time and logical
+    clock of its sending."""
+
+    def __init__(self, fields: dict[str, Any], publish_kwargs: dict[str, Any], task_id: str):
+        self.fields = fields
+        self.task_id_keys = tuple(key for key, value in fields.items() if value == task_id)
+        self.declare = list(publish_kwargs.get("declare") or [])
+        self.publish_kwargs = {**publish_kwargs, "declare": [], "retry": False}
+
+    def event(self, task_id: str, kwargs_repr: str, job: str, shadowed: bool) -> dict[str, Any]:
+        event = dict(self.fields)
+        for key in self.task_id_keys:
+            event[key] = task_id
+        event["kwargs"] = kwargs_repr
+        if shadowed:
+            event["name"] = job
+        event["timestamp"] = time.time()
+        event["clock"] = current_app.clock.forward()  # type: ignore[attr-defined]  # as Celery's
+        return event
+
+    def publish(self, producer: Any, event: dict[str, Any]) -> None:
+        producer.publish(event, **self.publish_kwargs)
+
+    def body_bytes(self, event: dict[str, Any], encoding: str) -> bytes:
+        """The event's body as kombu's publish serializes it."""
+        serializer = self.publish_kwargs.get("serializer")
+        _, _, payload = kombu.serialization.dumps(event, serializer=serializer)
+        return payload.encode(encoding) if isinstance(payload, str) else payload
 
 
 @dataclass
@@ -95,6 +129,15 @@ class _Template:
     # The body's JSON text around the run's keyword arguments, when ``_composed_body`` makes
     # the body kombu serializes (else None: kombu serializes each).
     body_around: tuple[str, str] | None = None
+    # Celery's task-sent event for these messages; None when Celery sends none.
+    sent_event: _SentEvent | None = None
+
+    def event(self, task_id: str, kwargs: dict[str, Any], job: str) -> dict[str, Any] | None:
+        """The run's ``task-sent`` event, if Celery sends one."""
+        if self.sent_event is None:
+            return None
+        shadowed = self.headers.get("shadow") is not None
+        return self.sent_event.event(task_id, self.kwargs_repr(kwargs), job, shadowed)
 
     def publish(self, producer: Any, task_id: str, kwargs: dict[str, Any], job: str) -> None:
         headers = dict(self.headers)
@@ -190,9 +233,10 @@ def _run_kwargs(run: Publication) -> dict[str, Any]:
 def _template(sample: Publication, producer: Any) -> _Template:
     """Celery's own message for ``sample``'s run, through ``messages.publish``."""
     keeping = _KeepingProducer(producer)
-    publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping, sent_event=False)
+    publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping)
     task_id = task_id_for(sample.run_id)
-    publish_kwargs = dict(keeping.publish_kwargs)
+    (body, publish_kwargs), *event = keeping.kept
+    publish_kwargs = dict(publish_kwargs)
     headers = dict(publish_kwargs.pop("headers") or {})
     declare = list(publish_kwargs.get("declare") or [])
     # Declared once per burst by ``publish_burst``, not once per message; each message's own
@@ -201,18 +245,22 @@ def _template(sample: Publication, producer: Any) -> _Template:
     publish_kwargs.update(declare=[], retry=False)
     template = _Template(
         composed_repr=headers.get("kwargsrepr") == _kwargs_repr(_run_kwargs(sample)),
-        body=keeping.body,
+        body=body,
         publish_kwargs=publish_kwargs,
         headers=headers,
         task_id_headers=tuple(key for key, value in headers.items() if value == task_id),
         task_id_kwargs=tuple(key for key, value in publish_kwargs.items() if value == task_id),
         declare=declare,
+        sent_event=_SentEvent(dict(event[0][0]), event[0][1], task_id) if event else None,
     )
+    if template.sent_event is not None:
+        template.declare += template.sent_event.declare
     template.compose_body(_run_kwargs(sample))
     return template
 
 
-def _shape(job: Job) -> tuple[Any, ...]:
+def shape_of(job: Job) -> tuple[Any, ...]:
+    """What a job's messages are made of but the run: jobs alike in it share one template."""
     # The task a message names, and whether it carries the job's name as Celery's display name
     # (``shadow``, see ``messages.publish``): the one header that differs between such jobs. A
     # job's custom headers are part of its template (an adopted job's name among them).
@@ -224,6 +272,12 @@ def _shape(job: Job) -> tuple[Any, ...]:
         json.dumps(headers, sort_keys=True) if headers else "",
         *(getattr(job, f) for f in _SHAPE_FIELDS),
     )
+
+
+def family(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A shape but its job's own headers: jobs of one family are published alike (adopted rows
+    differ in their ``periodic_task_name`` header, so each has its own shape)."""
+    return shape[:2] + shape[3:]
 
 
 def _transport(producer: Any) -> str:
@@ -258,6 +312,8 @@ class _Confirms:
         # Each shape's messages compiled to frames (jobs.amqp_frames.MessageFrames), or None
         # where they could not be: those go through kombu's publish.
         self._compiled: dict[tuple[Any, ...], MessageFrames | None] = {}
+        # The same for each shape's task-sent events (their body is all that changes).
+        self._compiled_events: dict[tuple[Any, ...], MessageFrames | None] = {}
 
     def send(
         self, shape: tuple[Any, ...], template: _Template, task_id: str,
@@ -276,6 +332,24 @@ class _Confirms:
             return
         body = template.body_bytes(kwargs, compiled.encoding)
         self.publishing.add(compiled.frames(body, template.open_values(task_id, kwargs, job)))
+        self._buffered()
+
+    def send_event(self, shape: tuple[Any, ...], sent: _SentEvent, event: dict[str, Any]) -> None:
+        """Buffer one run's ``task-sent`` event, until ``flush``."""
+        if self.publishing is None:
+            sent.publish(self.producer, event)
+            return
+        if shape in self._compiled_events:
+            compiled = self._compiled_events[shape]
+        else:
+            compiled = self._compiled_events[shape] = self._compile_event(sent, event)
+        if compiled is None:
+            sent.publish(self.producer, event)
+            return
+        self.publishing.add(compiled.frames(sent.body_bytes(event, compiled.encoding), {}))
+        self._buffered()
+
+    def _buffered(self) -> None:
         self.published += 1
         self.outstanding.add(self.published)
 
@@ -311,6 +385,17 @@ class _Confirms:
             arguments=arguments, open_properties=open_properties, open_headers=open_headers,
             values=template.open_values(task_id, kwargs, job),
             body=template.body_bytes(kwargs, encoding),
+        )  # fmt: skip
+
+    def _compile_event(self, sent: _SentEvent, event: dict[str, Any]) -> MessageFrames | None:
+        assert self.publishing is not None  # send_event compiles only with jobs.amqp_frames on
+        plain = Producer(self.channel, auto_declare=False)
+        message, arguments = self.publishing.capture(lambda: sent.publish(plain, event))
+        encoding = message.properties.get("content_encoding") or "utf-8"
+        return MessageFrames.compile(
+            message, channel_id=self.publishing.channel_id, frame_max=self.publishing.frame_max,
+            arguments=arguments, open_properties={}, open_headers={}, values={},
+            body=sent.body_bytes(event, encoding),
         )  # fmt: skip
 
     def _on_ack(self, tag: int, multiple: bool) -> None:
@@ -352,6 +437,7 @@ class _Unconfirmed:
     first: int
     last: int
     run_ids: list[int]
+    sent: int  # the runs' messages among the tags (the rest: their task-sent events)
 
 
 class Burst:
@@ -383,11 +469,14 @@ class Burst:
             self._confirms.close()
             self._confirms = None
 
-    def publish(self, runs: Sequence[Publication]) -> None:
-        """Send ``runs`` (one chunk). A run whose message cannot be made is logged and left
-        ``scheduled``."""
+    def publish(
+        self, runs: Sequence[Publication], shapes: list[tuple[Any, ...]] | None = None
+    ) -> None:
+        """Send ``runs`` (one chunk; ``shapes``: each one's ``shape_of``, if known). A run whose
+        message cannot be made is logged and left ``scheduled``."""
         self._settle()
-        shapes = [_shape(run.job) for run in runs]
+        if shapes is None:
+            shapes = [shape_of(run.job) for run in runs]
         try:
             for run, shape in zip(runs, shapes, strict=True):
                 if shape not in self._templates:
@@ -397,23 +486,25 @@ class Burst:
             if self._driver == "amqp":
                 self._publish_confirmed(runs, shapes)
             elif self._driver == "redis" and self.producer.supports_batch_publish:
-                with self.producer.batch(max_size=max(len(runs), 1)):
-                    buffered = self._publish_each(self._send, runs, shapes)
+                # Each run's message and its task-sent event.
+                with self.producer.batch(max_size=max(2 * len(runs), 1)):
+                    buffered = self._publish_each(self._send, runs, shapes, self._send_event)
                 self.sent += buffered  # once the pipeline went out whole
             else:
-                self.sent += self._publish_each(self._send, runs, shapes)
+                self.sent += self._publish_each(self._send, runs, shapes, self._send_event)
         except Exception:
             self._chunk_failed([run.run_id for run in runs])
 
     def _publish_confirmed(self, runs: Sequence[Publication], shapes: list[Any]) -> None:
         if self._confirms is None:
             self._confirms = _Confirms(self.producer.connection)
-        first = self._confirms.published + 1
-        self._publish_each(self._confirms.send, runs, shapes)
-        self._confirms.flush()
-        if self._confirms.published >= first:
+        confirms = self._confirms
+        first = confirms.published + 1
+        sent = self._publish_each(confirms.send, runs, shapes, confirms.send_event)
+        confirms.flush()
+        if confirms.published >= first:
             self._unconfirmed = _Unconfirmed(
-                first, self._confirms.published, [run.run_id for run in runs]
+                first, confirms.published, [run.run_id for run in runs], sent
             )
 
     def _send(
@@ -422,16 +513,23 @@ class Burst:
     ) -> None:  # fmt: skip
         template.publish(self.producer, task_id, kwargs, job)
 
+    def _send_event(self, shape: tuple[Any, ...], sent: _SentEvent, event: dict[str, Any]) -> None:
+        sent.publish(self.producer, event)
+
     def _publish_each(
-        self, send: Callable[..., None], runs: Sequence[Publication], shapes: list[Any]
-    ) -> int:
+        self, send: Callable[..., None], runs: Sequence[Publication], shapes: list[Any],
+        send_event: Callable[..., None],
+    ) -> int:  # fmt: skip
         buffered = 0
         for run, shape in zip(runs, shapes, strict=True):
+            template = self._templates[shape]
+            task_id, kwargs, job = task_id_for(run.run_id), _run_kwargs(run), run.job.name
             try:
-                send(
-                    shape, self._templates[shape], task_id_for(run.run_id), _run_kwargs(run),
-                    run.job.name,
-                )  # fmt: skip
+                send(shape, template, task_id, kwargs, job)
+                # As send_task sends it: after its message.
+                event = template.event(task_id, kwargs, job)
+                if event is not None:
+                    send_event(shape, template.sent_event, event)
             except Exception:
                 self.failed.add(run.run_id)
                 log.exception(
@@ -452,7 +550,7 @@ class Burst:
         except Exception:
             self._chunk_failed(chunk.run_ids)
         else:
-            self.sent += chunk.last - chunk.first + 1
+            self.sent += chunk.sent
 
     def _chunk_failed(self, run_ids: list[int]) -> None:
         self.failed.update(run_ids)

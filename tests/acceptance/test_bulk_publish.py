@@ -41,6 +41,7 @@ from tests.acceptance.conftest import (
     wait_for,
 )
 from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks published here)
+from tests.support.celery_events import events_heard
 from tests.support.job_factory import new_job
 from tests.support.private_redis import PrivateRedis
 from tests.support.slot_history import BEAT_ENV, count_executions
@@ -72,9 +73,9 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
     """For jobs of every shape (a job function, two jobs sharing one template but not a display
     name, a priority, a hard time limit, a plain Celery task through the runner task), each
     run's message from a burst equals the one ``send_task`` makes: headers, body bytes and
-    properties (but the broker's delivery tag). On RabbitMQ every one of them was framed by
-    the compiled frames (``amqp_frames.MessageFrames``) around a composed body, not by kombu
-    and py-amqp."""
+    properties (but the broker's delivery tag). On RabbitMQ every one of them (and its
+    ``task-sent`` event) was framed by the compiled frames (``amqp_frames.MessageFrames``)
+    around a composed body, not by kombu and py-amqp."""
     compiled: list[bytes] = []  # what the burst buffered as compiled frames
     add = BufferedPublishing.add
 
@@ -126,7 +127,8 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
         in_bulk = _drain(broker.url, queue)
 
     assert sent == len(runs)
-    assert len(compiled) == (len(runs) if broker.kind == "rabbitmq" else 0)
+    # Each run's message and its task-sent event.
+    assert len(compiled) == (2 * len(runs) if broker.kind == "rabbitmq" else 0)
     assert len(composed) >= (len(runs) if broker.kind == "rabbitmq" else 0)
     assert set(in_bulk) == set(by_send_task) == {f"jobrun-{run.pk}" for run in runs}
     for task_id, (headers, body, properties) in by_send_task.items():
@@ -146,6 +148,48 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
     twin_b = in_bulk[f"jobrun-{runs[4].pk}"]
     assert twin_b[0]["shadow"] == f"{broker.kind}-twin-b"
     assert json.loads(twin_b[1])[1]["job"] == f"{broker.kind}-twin-b"
+
+
+# What differs between two sendings of one event: when, the sender's logical clock, and when
+# the receiver got it.
+_WHEN = ("timestamp", "clock", "local_received")
+
+
+@pytest.mark.django_db
+def test_each_run_of_a_burst_sends_the_task_sent_event_send_task_sends(broker: Broker) -> None:
+    """A real events receiver (as ``celery events`` and Flower) hears one ``task-sent`` event
+    per run of a burst, equal to the one ``send_task`` sends for the run but for its time and
+    logical clock: the task id, the job as display name, the arguments' repr, the queue."""
+    queue = f"bulk-events-{broker.kind}"
+    jobs = [
+        new_job(f"{broker.kind}-events-fn", log=NOWHERE, queue=queue),
+        new_job(f"{broker.kind}-events-celery", PLAIN_APPEND, log=NOWHERE, queue=queue),
+    ]
+    runs = [
+        JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.SCHEDULED)
+        for job in jobs
+        for _ in range(3)
+    ]
+    task_ids = {messages.task_id_for(run.pk) for run in runs}
+    with events_heard(broker.url) as heard, broker.producer() as producer:
+        for run in runs:
+            messages.publish(run.job, run.pk, run.scheduled_for, producer=producer)
+        by_send_task = heard.wait_for("task-sent", len(runs))
+        sent = bulk_publish.publish_burst(
+            [bulk_publish.Publication(run.job, run.pk, run.scheduled_for) for run in runs],
+            producer,
+        )
+        in_bulk = heard.wait_for("task-sent", 2 * len(runs))[len(runs) :]
+    _drain(broker.url, queue)
+
+    assert sent == len(runs)
+    assert sorted(event["uuid"] for event in in_bulk) == sorted(task_ids)
+    own = {event["uuid"]: event for event in by_send_task}
+    for event in in_bulk:
+        expected = {k: v for k, v in own[event["uuid"]].items() if k not in _WHEN}
+        assert {k: v for k, v in event.items() if k not in _WHEN} == expected
+        assert event["clock"] > own[event["uuid"]]["clock"]
+    assert {event["name"] for event in in_bulk} == {job.name for job in jobs}
 
 
 @pytest.mark.django_db
