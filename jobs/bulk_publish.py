@@ -42,7 +42,7 @@ from celery import current_app
 from celery.utils.saferepr import saferepr
 from kombu import Producer
 
-from jobs import registry
+from jobs import observers, registry
 from jobs.amqp_frames import BufferedPublishing, MessageFrames
 from jobs.messages import message_headers, message_kwargs, publish, task_id_for
 from jobs.models import Job
@@ -131,6 +131,16 @@ class _Template:
     body_around: tuple[str, str] | None = None
     # Celery's task-sent event for these messages; None when Celery sends none.
     sent_event: _SentEvent | None = None
+    # The sample run's task id, and whether its message carries trace context (a tracing
+    # tool's, jobs.observers), made again for every other run's message.
+    sample_task_id: str = ""
+    traced: bool = False
+
+    def trace(self, task_id: str) -> dict[str, Any]:
+        """The trace headers of run ``task_id``'s message: the sample's are its own."""
+        if not self.traced or task_id == self.sample_task_id:
+            return {}
+        return observers.fresh_trace(self.headers, str(self.headers.get("task", "")), task_id)
 
     def event(self, task_id: str, kwargs: dict[str, Any], job: str) -> dict[str, Any] | None:
         """The run's ``task-sent`` event, if Celery sends one."""
@@ -139,13 +149,17 @@ class _Template:
         shadowed = self.headers.get("shadow") is not None
         return self.sent_event.event(task_id, self.kwargs_repr(kwargs), job, shadowed)
 
-    def publish(self, producer: Any, task_id: str, kwargs: dict[str, Any], job: str) -> None:
+    def publish(
+        self, producer: Any, task_id: str, kwargs: dict[str, Any], job: str,
+        trace: dict[str, Any],
+    ) -> None:  # fmt: skip
         headers = dict(self.headers)
         for key in self.task_id_headers:
             headers[key] = task_id
         if headers.get("shadow") is not None:
             headers["shadow"] = job
         headers["kwargsrepr"] = self.kwargs_repr(kwargs)
+        headers.update(trace)
         publish_kwargs = dict(self.publish_kwargs)
         for key in self.task_id_kwargs:
             publish_kwargs[key] = task_id
@@ -156,9 +170,20 @@ class _Template:
     def kwargs_repr(self, kwargs: dict[str, Any]) -> str:
         return _kwargs_repr(kwargs) if self.composed_repr else saferepr(kwargs, _repr_limit())
 
-    def open_values(self, task_id: str, kwargs: dict[str, Any], job: str) -> dict[str, str]:
+    def open_values(
+        self, task_id: str, kwargs: dict[str, Any], job: str, trace: dict[str, Any]
+    ) -> dict[str, str]:
         """What a run fills in the compiled frames' open fields (``_Confirms._compile``)."""
-        return {"task_id": task_id, "kwargsrepr": self.kwargs_repr(kwargs), "job": job}
+        values = {"task_id": task_id, "kwargsrepr": self.kwargs_repr(kwargs), "job": job}
+        if self.traced:
+            values.update({key: trace.get(key, self.headers[key]) for key in self.open_trace})
+        return values
+
+    @property
+    def open_trace(self) -> tuple[str, ...]:
+        """The headers a run's trace context fills (``observers.TRACE_HEADERS``, and the inner
+        headers Sentry's integration also writes them to)."""
+        return tuple(key for key in (*observers.TRACE_HEADERS, "headers") if key in self.headers)
 
     def body_bytes(self, kwargs: dict[str, Any], encoding: str) -> bytes:
         """The message body kombu's publish serializes, encoded as py-amqp sends it."""
@@ -252,6 +277,8 @@ def _template(sample: Publication, producer: Any) -> _Template:
         task_id_kwargs=tuple(key for key, value in publish_kwargs.items() if value == task_id),
         declare=declare,
         sent_event=_SentEvent(dict(event[0][0]), event[0][1], task_id) if event else None,
+        sample_task_id=task_id,
+        traced=observers.traced(headers),
     )
     if template.sent_event is not None:
         template.declare += template.sent_event.declare
@@ -317,21 +344,22 @@ class _Confirms:
 
     def send(
         self, shape: tuple[Any, ...], template: _Template, task_id: str,
-        kwargs: dict[str, Any], job: str,
+        kwargs: dict[str, Any], job: str, trace: dict[str, Any],
     ) -> None:  # fmt: skip
         """Buffer one run's message, until ``flush``."""
         if self.publishing is None:
-            template.publish(self.producer, task_id, kwargs, job)
+            template.publish(self.producer, task_id, kwargs, job, trace)
             return
         if shape in self._compiled:
             compiled = self._compiled[shape]
         else:
-            compiled = self._compiled[shape] = self._compile(template, task_id, kwargs, job)
+            compiled = self._compiled[shape] = self._compile(template, task_id, kwargs, job, trace)
         if compiled is None:
-            template.publish(self.producer, task_id, kwargs, job)
+            template.publish(self.producer, task_id, kwargs, job, trace)
             return
         body = template.body_bytes(kwargs, compiled.encoding)
-        self.publishing.add(compiled.frames(body, template.open_values(task_id, kwargs, job)))
+        values = template.open_values(task_id, kwargs, job, trace)
+        self.publishing.add(compiled.frames(body, values))
         self._buffered()
 
     def send_event(self, shape: tuple[Any, ...], sent: _SentEvent, event: dict[str, Any]) -> None:
@@ -359,15 +387,16 @@ class _Confirms:
             self.publishing.flush()
 
     def _compile(
-        self, template: _Template, task_id: str, kwargs: dict[str, Any], job: str
-    ) -> MessageFrames | None:
+        self, template: _Template, task_id: str, kwargs: dict[str, Any], job: str,
+        trace: dict[str, Any],
+    ) -> MessageFrames | None:  # fmt: skip
         """The frames of ``template``'s messages, compiled from the message kombu makes for
         this run; None when kombu's message is not the template's with the run's values in
         the open fields and its body (a body serialized otherwise, compression...)."""
         assert self.publishing is not None  # send compiles only with jobs.amqp_frames on
         plain = Producer(self.channel, auto_declare=False)
         message, arguments = self.publishing.capture(
-            lambda: template.publish(plain, task_id, kwargs, job)
+            lambda: template.publish(plain, task_id, kwargs, job, trace)
         )
         properties = message.properties
         headers = properties.get("application_headers") or {}
@@ -379,11 +408,13 @@ class _Confirms:
         open_headers["kwargsrepr"] = "kwargsrepr"
         if headers.get("shadow") is not None:
             open_headers["shadow"] = "job"
+        # A run's own trace context (none but text compiles: Sentry's are sent by kombu).
+        open_headers.update((key, key) for key in template.open_trace)
         encoding = properties.get("content_encoding") or "utf-8"
         return MessageFrames.compile(
             message, channel_id=self.publishing.channel_id, frame_max=self.publishing.frame_max,
             arguments=arguments, open_properties=open_properties, open_headers=open_headers,
-            values=template.open_values(task_id, kwargs, job),
+            values=template.open_values(task_id, kwargs, job, trace),
             body=template.body_bytes(kwargs, encoding),
         )  # fmt: skip
 
@@ -451,8 +482,9 @@ class Burst:
     whose sending fails, or whose confirms do not all come, is logged and left ``scheduled``
     for maintenance (its delivery is uncertain: some messages may have arrived)."""
 
-    def __init__(self, producer: Any) -> None:
+    def __init__(self, producer: Any, *, own_traces: bool = False) -> None:
         self.producer = producer
+        self.own_traces = own_traces
         self.sent = 0
         self.failed: set[int] = set()  # runs whose message may not have gone out
         self._templates: dict[tuple[Any, ...], _Template] = {}
@@ -480,6 +512,8 @@ class Burst:
         try:
             for run, shape in zip(runs, shapes, strict=True):
                 if shape not in self._templates:
+                    if self.own_traces:  # the sample run's message is its own
+                        observers.new_trace_per_run()
                     self._templates[shape] = template = _template(run, self.producer)
                     for entity in template.declare:
                         self.producer.maybe_declare(entity)
@@ -509,9 +543,9 @@ class Burst:
 
     def _send(
         self, shape: tuple[Any, ...], template: _Template, task_id: str,
-        kwargs: dict[str, Any], job: str,
+        kwargs: dict[str, Any], job: str, trace: dict[str, Any],
     ) -> None:  # fmt: skip
-        template.publish(self.producer, task_id, kwargs, job)
+        template.publish(self.producer, task_id, kwargs, job, trace)
 
     def _send_event(self, shape: tuple[Any, ...], sent: _SentEvent, event: dict[str, Any]) -> None:
         sent.publish(self.producer, event)
@@ -525,7 +559,7 @@ class Burst:
             template = self._templates[shape]
             task_id, kwargs, job = task_id_for(run.run_id), _run_kwargs(run), run.job.name
             try:
-                send(shape, template, task_id, kwargs, job)
+                send(shape, template, task_id, kwargs, job, template.trace(task_id))
                 # As send_task sends it: after its message.
                 event = template.event(task_id, kwargs, job)
                 if event is not None:

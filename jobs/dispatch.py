@@ -15,7 +15,7 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import bulk_publish, messages, registry
+from jobs import bulk_publish, messages, observers, registry
 from jobs.conf import get_conf
 from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
@@ -38,9 +38,12 @@ class Publishing:
     """Runs handed over chunk after chunk (``add``); ``sent`` counts the messages the broker
     took and ``published`` names their runs, both final once ``publishing``'s block ends."""
 
-    def __init__(self, producer: Any, burst: bulk_publish.Burst | None) -> None:
+    def __init__(
+        self, producer: Any, burst: bulk_publish.Burst | None, own_traces: bool = False
+    ) -> None:
         self.producer = producer
         self.burst = burst
+        self.own_traces = own_traces
         self._sent_one_by_one = 0
         self._handed: list[int] = []
         self._failed: set[int] = set()
@@ -71,6 +74,8 @@ class Publishing:
             if bulk:
                 self.burst.publish(bulk, shapes)
         for job, run_id, scheduled_for in one_by_one:
+            if self.own_traces:
+                observers.new_trace_per_run()
             try:
                 messages.publish(job, run_id, scheduled_for, producer=self.producer)
             except Exception:
@@ -108,19 +113,21 @@ def _by_family(
 
 
 @contextmanager
-def publishing(producer: Any = None) -> Iterator[Publishing]:
+def publishing(producer: Any = None, *, own_traces: bool = False) -> Iterator[Publishing]:
     """Publish runs in chunks within the block: in a chunk, the runs of a shape with more than
     ``BURST_OVER`` runs go in bulk unless ``JOBS_BULK_PUBLISH`` is off (``jobs.bulk_publish``:
     Celery's messages and ``task-sent`` events, at the broker's speed; on RabbitMQ one
-    chunk's confirms are awaited while the next is made), every other run one by one."""
+    chunk's confirms are awaited while the next is made), every other run one by one.
+    ``own_traces`` (a beat's): each run's message starts a trace of its own, as stock beat's
+    (``jobs.observers``)."""
     if get_conf().bulk_publish:
         with (
             current_app.producer_or_acquire(producer) as acquired,
-            bulk_publish.Burst(acquired) as bulk,
+            bulk_publish.Burst(acquired, own_traces=own_traces) as bulk,
         ):
-            yield Publishing(acquired, bulk)
+            yield Publishing(acquired, bulk, own_traces)
     else:
-        yield Publishing(producer, None)
+        yield Publishing(producer, None, own_traces)
 
 
 def publish_many(runs: Iterable[tuple[Job, int, datetime]], producer: Any = None) -> int:

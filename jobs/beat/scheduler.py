@@ -381,7 +381,7 @@ class ClusterScheduler(Scheduler):
         if once:
             ordered = [item for item in ordered if not item[0].job.one_off]
         created = 0
-        with publishing(self.producer) as publisher:
+        with publishing(self.producer, own_traces=True) as publisher:
             created += self._record_one_offs(once, reasons, publisher)
             for start in range(0, len(ordered), PUBLISH_CHUNK):
                 chunk = ordered[start : start + PUBLISH_CHUNK]
