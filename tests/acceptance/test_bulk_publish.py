@@ -156,10 +156,21 @@ _WHEN = ("timestamp", "clock", "local_received")
 
 
 @pytest.mark.django_db
-def test_each_run_of_a_burst_sends_the_task_sent_event_send_task_sends(broker: Broker) -> None:
+def test_each_run_of_a_burst_sends_the_task_sent_event_send_task_sends(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real events receiver (as ``celery events`` and Flower) hears one ``task-sent`` event
     per run of a burst, equal to the one ``send_task`` sends for the run but for its time and
-    logical clock: the task id, the job as display name, the arguments' repr, the queue."""
+    logical clock: the task id, the job as display name, the arguments' repr, the queue. Each
+    event's body was composed (``_SentEvent.body_text``), not serialized by kombu."""
+    composed: list[str] = []
+    body_text = bulk_publish._SentEvent.body_text
+
+    def counted(self: Any, event: dict[str, Any]) -> str:
+        composed.append(body_text(self, event))
+        return composed[-1]
+
+    monkeypatch.setattr(bulk_publish._SentEvent, "body_text", counted)
     queue = f"bulk-events-{broker.kind}"
     jobs = [
         new_job(f"{broker.kind}-events-fn", log=NOWHERE, queue=queue),
@@ -183,6 +194,7 @@ def test_each_run_of_a_burst_sends_the_task_sent_event_send_task_sends(broker: B
     _drain(broker.url, queue)
 
     assert sent == len(runs)
+    assert len(composed) >= len(runs)
     assert sorted(event["uuid"] for event in in_bulk) == sorted(task_ids)
     own = {event["uuid"]: event for event in by_send_task}
     for event in in_bulk:
