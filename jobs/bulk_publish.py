@@ -183,11 +183,16 @@ class _Template:
     sample_task_id: str = ""
     traced: bool = False
 
-    def trace(self, task_id: str) -> dict[str, Any]:
-        """The trace headers of run ``task_id``'s message: the sample's are its own."""
+    def trace(
+        self, task_id: str, job: Job, schedule_of: observers.ScheduleOf | None
+    ) -> dict[str, Any]:
+        """The trace headers of run ``task_id``'s message (None: a header it has none of): the
+        sample's are its own."""
         if not self.traced or task_id == self.sample_task_id:
             return {}
-        return observers.fresh_trace(self.headers, str(self.headers.get("task", "")), task_id)
+        schedule = schedule_of(job) if schedule_of is not None else None
+        task = str(self.headers.get("task", ""))
+        return observers.fresh_trace(self.headers, task, task_id, job.name, schedule)
 
     def event(self, task_id: str, kwargs: dict[str, Any], job: str) -> dict[str, Any] | None:
         """The run's ``task-sent`` event, if Celery sends one."""
@@ -207,6 +212,8 @@ class _Template:
             headers["shadow"] = job
         headers["kwargsrepr"] = self.kwargs_repr(kwargs)
         headers.update(trace)
+        for key in [key for key, value in trace.items() if value is None]:
+            del headers[key]  # a template's header this run's message has none of
         publish_kwargs = dict(self.publish_kwargs)
         for key in self.task_id_kwargs:
             publish_kwargs[key] = task_id
@@ -302,10 +309,11 @@ def _run_kwargs(run: Publication) -> dict[str, Any]:
     return message_kwargs(run.job, run.run_id, run.scheduled_for)
 
 
-def _template(sample: Publication, producer: Any) -> _Template:
-    """Celery's own message for ``sample``'s run, through ``messages.publish``."""
+def _template(sample: Publication, producer: Any, headers: dict[str, Any]) -> _Template:
+    """Celery's own message for ``sample``'s run, through ``messages.publish`` (``headers``:
+    the beat's for it, ``observers.beat_headers``)."""
     keeping = _KeepingProducer(producer)
-    publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping)
+    publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping, headers=headers)
     task_id = task_id_for(sample.run_id)
     (body, publish_kwargs), *event = keeping.kept
     publish_kwargs = dict(publish_kwargs)
@@ -529,9 +537,9 @@ class Burst:
     whose sending fails, or whose confirms do not all come, is logged and left ``scheduled``
     for maintenance (its delivery is uncertain: some messages may have arrived)."""
 
-    def __init__(self, producer: Any, *, own_traces: bool = False) -> None:
+    def __init__(self, producer: Any, *, schedule_of: observers.ScheduleOf | None = None) -> None:
         self.producer = producer
-        self.own_traces = own_traces
+        self.schedule_of = schedule_of
         self.sent = 0
         self.failed: set[int] = set()  # runs whose message may not have gone out
         self._templates: dict[tuple[Any, ...], _Template] = {}
@@ -559,9 +567,9 @@ class Burst:
         try:
             for run, shape in zip(runs, shapes, strict=True):
                 if shape not in self._templates:
-                    if self.own_traces:  # the sample run's message is its own
-                        observers.new_trace_per_run()
-                    self._templates[shape] = template = _template(run, self.producer)
+                    self._templates[shape] = template = _template(
+                        run, self.producer, self._beat_headers(run.job)
+                    )
                     for entity in template.declare:
                         self.producer.maybe_declare(entity)
             if self._driver == "amqp":
@@ -575,6 +583,11 @@ class Burst:
                 self.sent += self._publish_each(self._send, runs, shapes, self._send_event)
         except Exception:
             self._chunk_failed([run.run_id for run in runs])
+
+    def _beat_headers(self, job: Job) -> dict[str, Any]:
+        if self.schedule_of is None:
+            return {}
+        return observers.beat_headers(job.name, self.schedule_of(job))
 
     def _publish_confirmed(self, runs: Sequence[Publication], shapes: list[Any]) -> None:
         if self._confirms is None:
@@ -606,7 +619,8 @@ class Burst:
             template = self._templates[shape]
             task_id, kwargs, job = task_id_for(run.run_id), _run_kwargs(run), run.job.name
             try:
-                send(shape, template, task_id, kwargs, job, template.trace(task_id))
+                trace = template.trace(task_id, run.job, self.schedule_of)
+                send(shape, template, task_id, kwargs, job, trace)
                 # As send_task sends it: after its message.
                 event = template.event(task_id, kwargs, job)
                 if event is not None:

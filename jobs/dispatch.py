@@ -39,11 +39,14 @@ class Publishing:
     took and ``published`` names their runs, both final once ``publishing``'s block ends."""
 
     def __init__(
-        self, producer: Any, burst: bulk_publish.Burst | None, own_traces: bool = False
+        self,
+        producer: Any,
+        burst: bulk_publish.Burst | None,
+        schedule_of: observers.ScheduleOf | None = None,
     ) -> None:
         self.producer = producer
         self.burst = burst
-        self.own_traces = own_traces
+        self.schedule_of = schedule_of
         self._sent_one_by_one = 0
         self._handed: list[int] = []
         self._failed: set[int] = set()
@@ -74,10 +77,13 @@ class Publishing:
             if bulk:
                 self.burst.publish(bulk, shapes)
         for job, run_id, scheduled_for in one_by_one:
-            if self.own_traces:
-                observers.new_trace_per_run()
+            headers = None
+            if self.schedule_of is not None:
+                headers = observers.beat_headers(job.name, self.schedule_of(job))
             try:
-                messages.publish(job, run_id, scheduled_for, producer=self.producer)
+                messages.publish(
+                    job, run_id, scheduled_for, producer=self.producer, headers=headers
+                )
             except Exception:
                 self._failed.add(run_id)
                 log.exception(
@@ -113,21 +119,23 @@ def _by_family(
 
 
 @contextmanager
-def publishing(producer: Any = None, *, own_traces: bool = False) -> Iterator[Publishing]:
+def publishing(
+    producer: Any = None, *, schedule_of: observers.ScheduleOf | None = None
+) -> Iterator[Publishing]:
     """Publish runs in chunks within the block: in a chunk, the runs of a shape with more than
     ``BURST_OVER`` runs go in bulk unless ``JOBS_BULK_PUBLISH`` is off (``jobs.bulk_publish``:
     Celery's messages and ``task-sent`` events, at the broker's speed; on RabbitMQ one
     chunk's confirms are awaited while the next is made), every other run one by one.
-    ``own_traces`` (a beat's): each run's message starts a trace of its own, as stock beat's
-    (``jobs.observers``)."""
+    ``schedule_of`` (a beat's: each job's schedule): each run's message starts a trace of its
+    own and carries its job's Crons check-in, as stock beat's (``jobs.observers``)."""
     if get_conf().bulk_publish:
         with (
             current_app.producer_or_acquire(producer) as acquired,
-            bulk_publish.Burst(acquired, own_traces=own_traces) as bulk,
+            bulk_publish.Burst(acquired, schedule_of=schedule_of) as bulk,
         ):
-            yield Publishing(acquired, bulk, own_traces)
+            yield Publishing(acquired, bulk, schedule_of)
     else:
-        yield Publishing(producer, None, own_traces)
+        yield Publishing(producer, None, schedule_of)
 
 
 def publish_many(runs: Iterable[tuple[Job, int, datetime]], producer: Any = None) -> int:

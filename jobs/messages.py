@@ -90,9 +90,11 @@ def publish(
     producer: object = None,
     *,
     eta: datetime | None = None,
+    headers: dict[str, Any] | None = None,
 ) -> None:
     """Send the message that asks a worker to execute run ``run_id`` of ``job``; with ``eta``
-    (a retry's backoff) the worker holds it until then."""
+    (a retry's backoff) the worker holds it until then; ``headers``: this message's own, beside
+    the job's (``jobs.observers.beat_headers``)."""
     options: dict[str, Any] = {"queue": job.queue, "task_id": task_id_for(run_id)}
     # A plain Celery task's own task must never get a run's message (it would run unguarded,
     # with these arguments): its runs go to registry.RUN_TASK, which calls it under the guard.
@@ -109,7 +111,7 @@ def publish(
         options["exchange"] = job.exchange
     if job.routing_key:
         options["routing_key"] = job.routing_key
-    headers = message_headers(job)
+    headers = {**message_headers(job), **(headers or {})}
     if headers:
         options["headers"] = headers
     # As django-celery-beat sends an expiring row's messages: a worker drops one that arrives

@@ -10,10 +10,13 @@ tells what each tool sees.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jobs.observers import open_telemetry, sentry
+
+# A job's schedule (a jobs.schedule.kinds value) as a beat knows it, given the job.
+ScheduleOf = Callable[[Any], Any]
 
 # The headers of a message that belong to one publish (a trace, a Crons check-in): never copied
 # from one run's message to another's.
@@ -23,6 +26,8 @@ TRACE_HEADERS = (
     "baggage",
     "sentry-trace",
     "sentry-task-enqueued-time",
+    "sentry-monitor-slug",
+    "sentry-monitor-config",
     "sentry-monitor-check-in-id",
     "sentry-monitor-start-timestamp-s",
 )
@@ -33,22 +38,26 @@ def traced(headers: Mapping[str, Any]) -> bool:
     return any(key in headers for key in TRACE_HEADERS)
 
 
-def fresh_trace(headers: Mapping[str, Any], task_name: str, task_id: str) -> dict[str, Any]:
+def fresh_trace(
+    headers: Mapping[str, Any], task_name: str, task_id: str, job_name: str, schedule: Any
+) -> dict[str, Any]:
     """New values, for one run's message, of the trace headers in ``headers`` (a template's):
-    a publish span of its own (OpenTelemetry) and a new trace (Sentry), as a beat makes for each
-    run it sends."""
+    a publish span of its own (OpenTelemetry), a new trace and the job's Crons check-in
+    (Sentry), as a beat makes for each run it sends."""
     fresh: dict[str, Any] = {}
     if "sentry-trace" in headers:
-        fresh.update(sentry.fresh_headers(headers))
+        fresh.update(sentry.fresh_headers(headers, job_name, schedule))
     if "traceparent" in headers:
         fresh.update(open_telemetry.publish_span_headers(task_name, task_id))
     return fresh
 
 
-def new_trace_per_run() -> None:
-    """Start a new trace for the next run a beat publishes, as Sentry's beat integration does
-    for each entry it applies."""
+def beat_headers(job_name: str, schedule: Any) -> dict[str, Any]:
+    """For the next run a beat publishes, as Sentry's integration of stock beat does for each
+    entry it applies: a new trace started, and the job's Crons headers (its in-progress
+    check-in sent) to send with the message."""
     sentry.new_beat_trace()
+    return sentry.monitor_headers(job_name, schedule)
 
 
 def name_run(job_name: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -35,7 +36,7 @@ from jobs import dispatch
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import Job, JobRun, RunStatus
-from jobs.schedule.kinds import At
+from jobs.schedule.kinds import At, Every
 from jobs.services import JobDefinition, create_job
 from project.celery import app
 from tests.support import jobs_under_test  # noqa: F401  (the job functions run here)
@@ -70,6 +71,14 @@ class Tools:
     def transactions(self) -> list[Any]:
         found = [env.get_transaction_event() for env in self.sentry.envelopes]
         return [t for t in found if t is not None]
+
+    def check_ins(self) -> list[dict[str, Any]]:
+        return [
+            item.payload.json
+            for env in self.sentry.envelopes
+            for item in env.items
+            if item.type == "check_in" and item.payload.json is not None
+        ]
 
     def finished_spans(self) -> list[ReadableSpan]:
         return list(self.spans.get_finished_spans())
@@ -117,15 +126,18 @@ def _close_connection(**_: Any) -> None:
     connection.close()
 
 
-def _jobs(count: int, task: str, queue: str, kwargs: dict[str, Any], prefix: str) -> list[Job]:
+def _jobs(
+    count: int, task: str, queue: str, kwargs: dict[str, Any], prefix: str, hourly: bool = False
+) -> list[Job]:
+    """``count`` jobs due in a second: once, or ``hourly`` from then on."""
     slot = timezone.now().replace(microsecond=0) + timedelta(seconds=1)
     with transaction.atomic():
-        return [
+        jobs = [
             create_job(
                 JobDefinition(
                     name=f"{prefix}-{n}",
                     task=task,
-                    schedule=At(slot),
+                    schedule=Every(3600, anchor=slot) if hourly else At(slot),
                     kwargs=kwargs,
                     policies={"queue": queue},
                 ),
@@ -133,6 +145,9 @@ def _jobs(count: int, task: str, queue: str, kwargs: dict[str, Any], prefix: str
             )
             for n in range(count)
         ]
+    # Edited well before the slot, however long making them took: the slot is their first.
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(updated_at=slot - timedelta(hours=1))
+    return jobs
 
 
 def _fire(jobs: list[Job]) -> None:
@@ -141,14 +156,14 @@ def _fire(jobs: list[Job]) -> None:
     ClusterScheduler(app=app, clock=lambda: slot, maintain=False).tick_at(slot)
 
 
-def _until_ended(jobs: list[Job], timeout: float = 120.0) -> list[JobRun]:
+def _until_ended(jobs: list[Job], timeout: float = 300.0) -> list[JobRun]:
     deadline = time.monotonic() + timeout
     ended = (RunStatus.SUCCEEDED, RunStatus.FAILED)
     while True:
         runs = list(JobRun.objects.filter(job__in=jobs))
         if len(runs) == len(jobs) and all(run.status in ended for run in runs):
             return runs
-        assert time.monotonic() < deadline, [run.status for run in runs]
+        assert time.monotonic() < deadline, Counter(run.status for run in runs)
         time.sleep(0.1)
 
 
@@ -208,3 +223,29 @@ def test_a_failing_job_function_is_captured_once_with_its_own_exception(
         assert exception["type"] != "RunFailed"
         assert any(f["function"] == "fail" for f in exception["stacktrace"]["frames"])
     assert sorted(e["transaction"] for e in errors) == sorted(job.name for job in jobs)
+
+
+def test_crons_check_in_every_run_in_a_burst_and_alone(
+    tools: Tools, worker: None, tmp_path: Path
+) -> None:
+    """With ``monitor_beat_tasks``, each run of an hourly job sends its Crons check-ins: in
+    progress from the beat, then ok or error from the worker, one check-in id, the monitor
+    named after the job with its schedule as Sentry derives it: for 150 runs due at once (the
+    burst path) and for failing jobs due beside them (another family: one by one)."""
+    burst = _jobs(
+        BURST, "tests.record", tools.queue, {"log": str(tmp_path / "log")}, "crons", hourly=True
+    )
+    failing = _jobs(2, "tests.fail", tools.queue, {}, "crons-fail", hourly=True)
+    _fire([*burst, *failing])
+    _until_ended([*burst, *failing])
+    sentry_sdk.flush()
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for check_in in tools.check_ins():
+        by_job.setdefault(check_in["monitor_slug"], []).append(check_in)
+    assert set(by_job) == {job.name for job in [*burst, *failing]}
+    expected = {job.name: "ok" for job in burst} | {job.name: "error" for job in failing}
+    for name, check_ins in by_job.items():
+        assert [c["status"] for c in check_ins] == ["in_progress", expected[name]], name
+        assert len({c["check_in_id"] for c in check_ins}) == 1, name
+        config = check_ins[0]["monitor_config"]
+        assert config["schedule"] == {"type": "interval", "value": 1, "unit": "hour"}
