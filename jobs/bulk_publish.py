@@ -17,9 +17,10 @@ acknowledgements are awaited once for all of it, when the next chunk is handed o
 (``Burst``): the broker confirms one chunk while the beat inserts the next. Celery's
 ``before/after_task_publish`` signals fire once per template, not per message. Each run's
 ``task-sent`` event (when ``task_send_sent_event`` is on, as Celery sends it) is made the same
-way, from the event Celery made for the template's run, and goes out beside its message, in the
-same pipeline or write: Flower, ``celery events`` and exporters count a burst's runs as any
-others.
+way, from the event Celery made for the template's run; a chunk's events go out together as one
+message in Celery's own form for a batch of events (``task.multi``, a list, as a worker's
+buffered events), in the chunk's pipeline or write: Flower, ``celery events`` and exporters
+count a burst's runs as any others.
 
 A chunk whose sending fails, or whose acknowledgements do not all come, leaves its runs
 ``scheduled``: maintenance re-publishes them, and a message that did arrive twice is a no-op at
@@ -136,19 +137,17 @@ class _SentEvent:
             out.append(pieces[n + 1])
         return "".join(out)
 
-    def publish(self, producer: Any, event: dict[str, Any]) -> None:
-        if self._pieces is not None:  # a third of an event's cost, kombu's serializing
-            producer.publish(self.body_text(event), **self._composed_kwargs)
+    def publish_batch(self, producer: Any, events: list[tuple[_SentEvent, dict[str, Any]]]) -> None:
+        """Send ``events`` (each with the ``_SentEvent`` that made it) in one message, as
+        Celery's dispatcher sends a buffered group: a list, routed ``<group>.multi``. A single
+        message per chunk: an event sent alone costs as much as the run's message."""
+        routing_key = "task.multi"
+        if all(sent._pieces is not None for sent, _ in events):
+            text = "[" + ", ".join(sent.body_text(event) for sent, event in events) + "]"
+            producer.publish(text, **{**self._composed_kwargs, "routing_key": routing_key})
         else:
-            producer.publish(event, **self.publish_kwargs)
-
-    def body_bytes(self, event: dict[str, Any], encoding: str) -> bytes:
-        """The event's body as kombu's publish serializes it."""
-        if self._pieces is not None:
-            return self.body_text(event).encode(encoding)
-        serializer = self.publish_kwargs.get("serializer")
-        _, _, payload = kombu.serialization.dumps(event, serializer=serializer)
-        return payload.encode(encoding) if isinstance(payload, str) else payload
+            batch = [event for _, event in events]
+            producer.publish(batch, **{**self.publish_kwargs, "routing_key": routing_key})
 
 
 def _json_value(value: Any) -> str:
@@ -394,8 +393,6 @@ class _Confirms:
         # Each shape's messages compiled to frames (jobs.amqp_frames.MessageFrames), or None
         # where they could not be: those go through kombu's publish.
         self._compiled: dict[tuple[Any, ...], MessageFrames | None] = {}
-        # The same for each shape's task-sent events (their body is all that changes).
-        self._compiled_events: dict[tuple[Any, ...], MessageFrames | None] = {}
 
     def send(
         self, shape: tuple[Any, ...], template: _Template, task_id: str,
@@ -415,21 +412,6 @@ class _Confirms:
         body = template.body_bytes(kwargs, compiled.encoding)
         values = template.open_values(task_id, kwargs, job, trace)
         self.publishing.add(compiled.frames(body, values))
-        self._buffered()
-
-    def send_event(self, shape: tuple[Any, ...], sent: _SentEvent, event: dict[str, Any]) -> None:
-        """Buffer one run's ``task-sent`` event, until ``flush``."""
-        if self.publishing is None:
-            sent.publish(self.producer, event)
-            return
-        if shape in self._compiled_events:
-            compiled = self._compiled_events[shape]
-        else:
-            compiled = self._compiled_events[shape] = self._compile_event(sent, event)
-        if compiled is None:
-            sent.publish(self.producer, event)
-            return
-        self.publishing.add(compiled.frames(sent.body_bytes(event, compiled.encoding), {}))
         self._buffered()
 
     def _buffered(self) -> None:
@@ -473,17 +455,6 @@ class _Confirms:
             body=template.body_bytes(kwargs, encoding),
         )  # fmt: skip
 
-    def _compile_event(self, sent: _SentEvent, event: dict[str, Any]) -> MessageFrames | None:
-        assert self.publishing is not None  # send_event compiles only with jobs.amqp_frames on
-        plain = Producer(self.channel, auto_declare=False)
-        message, arguments = self.publishing.capture(lambda: sent.publish(plain, event))
-        encoding = message.properties.get("content_encoding") or "utf-8"
-        return MessageFrames.compile(
-            message, channel_id=self.publishing.channel_id, frame_max=self.publishing.frame_max,
-            arguments=arguments, open_properties={}, open_headers={}, values={},
-            body=sent.body_bytes(event, encoding),
-        )  # fmt: skip
-
     def _on_ack(self, tag: int, multiple: bool) -> None:
         if multiple:
             self.outstanding.difference_update([t for t in self.outstanding if t <= tag])
@@ -523,7 +494,7 @@ class _Unconfirmed:
     first: int
     last: int
     run_ids: list[int]
-    sent: int  # the runs' messages among the tags (the rest: their task-sent events)
+    sent: int  # the runs' messages among the tags (the rest: their task-sent events')
 
 
 class Burst:
@@ -575,12 +546,12 @@ class Burst:
             if self._driver == "amqp":
                 self._publish_confirmed(runs, shapes)
             elif self._driver == "redis" and self.producer.supports_batch_publish:
-                # Each run's message and its task-sent event.
-                with self.producer.batch(max_size=max(2 * len(runs), 1)):
-                    buffered = self._publish_each(self._send, runs, shapes, self._send_event)
+                # The runs' messages and their task-sent events' one.
+                with self.producer.batch(max_size=len(runs) + 1):
+                    buffered = self._publish_each(self._send, runs, shapes, self.producer)
                 self.sent += buffered  # once the pipeline went out whole
             else:
-                self.sent += self._publish_each(self._send, runs, shapes, self._send_event)
+                self.sent += self._publish_each(self._send, runs, shapes, self.producer)
         except Exception:
             self._chunk_failed([run.run_id for run in runs])
 
@@ -594,7 +565,7 @@ class Burst:
             self._confirms = _Confirms(self.producer.connection)
         confirms = self._confirms
         first = confirms.published + 1
-        sent = self._publish_each(confirms.send, runs, shapes, confirms.send_event)
+        sent = self._publish_each(confirms.send, runs, shapes, confirms.producer)
         confirms.flush()
         if confirms.published >= first:
             self._unconfirmed = _Unconfirmed(
@@ -607,24 +578,23 @@ class Burst:
     ) -> None:  # fmt: skip
         template.publish(self.producer, task_id, kwargs, job, trace)
 
-    def _send_event(self, shape: tuple[Any, ...], sent: _SentEvent, event: dict[str, Any]) -> None:
-        sent.publish(self.producer, event)
-
     def _publish_each(
         self, send: Callable[..., None], runs: Sequence[Publication], shapes: list[Any],
-        send_event: Callable[..., None],
+        events_producer: Any,
     ) -> int:  # fmt: skip
+        """Send each run's message, then the task-sent events of those sent (one message, on
+        ``events_producer``); the number of runs sent."""
         buffered = 0
+        events: list[tuple[_SentEvent, dict[str, Any]]] = []
         for run, shape in zip(runs, shapes, strict=True):
             template = self._templates[shape]
             task_id, kwargs, job = task_id_for(run.run_id), _run_kwargs(run), run.job.name
             try:
                 trace = template.trace(task_id, run.job, self.schedule_of)
                 send(shape, template, task_id, kwargs, job, trace)
-                # As send_task sends it: after its message.
                 event = template.event(task_id, kwargs, job)
-                if event is not None:
-                    send_event(shape, template.sent_event, event)
+                if event is not None and template.sent_event is not None:
+                    events.append((template.sent_event, event))
             except Exception:
                 self.failed.add(run.run_id)
                 log.exception(
@@ -633,7 +603,19 @@ class Burst:
                 )
             else:
                 buffered += 1
+        if events:
+            self._publish_events(events_producer, events)
         return buffered
+
+    @staticmethod
+    def _publish_events(producer: Any, events: list[tuple[_SentEvent, dict[str, Any]]]) -> None:
+        try:
+            events[0][0].publish_batch(producer, events)
+        except Exception:  # what the events tell is the runs' records', kept all the same
+            log.exception(
+                "publishing a burst chunk's task-sent events failed",
+                extra={"action": "sent_events_failed", "count": len(events)},
+            )
 
     def _settle(self) -> None:
         """Await the confirms of the chunk handed to RabbitMQ last."""
