@@ -193,12 +193,12 @@ def test_each_run_of_a_burst_sends_the_task_sent_event_send_task_sends(
     with events_heard(broker.url) as heard, broker.producer() as producer:
         for run in runs:
             messages.publish(run.job, run.pk, run.scheduled_for, producer=producer)
-        by_send_task = heard.wait_for("task-sent", len(runs))
+        by_send_task = heard.wait_for("task-sent", len(runs), queue=queue)
         sent = bulk_publish.publish_burst(
             [bulk_publish.Publication(run.job, run.pk, run.scheduled_for) for run in runs],
             producer,
         )
-        in_bulk = heard.wait_for("task-sent", 2 * len(runs))[len(runs) :]
+        in_bulk = heard.wait_for("task-sent", 2 * len(runs), queue=queue)[len(runs) :]
     _drain(broker.url, queue)
 
     assert sent == len(runs)

@@ -22,15 +22,22 @@ class HeardEvents:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
 
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        return [event for event in list(self.events) if event.get("type") == kind]
+    def of_type(self, kind: str, queue: str | None = None) -> list[dict[str, Any]]:
+        """The events of ``kind`` (a task's: sent to ``queue``, when given)."""
+        return [
+            event
+            for event in list(self.events)
+            if event.get("type") == kind and queue in (None, event.get("queue"))
+        ]
 
-    def wait_for(self, kind: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-        """The events of ``kind`` once at least ``count`` came, or what came by ``timeout``."""
+    def wait_for(
+        self, kind: str, count: int, timeout: float = 30.0, queue: str | None = None
+    ) -> list[dict[str, Any]]:
+        """``of_type`` once at least ``count`` came, or what came by ``timeout``."""
         deadline = time.monotonic() + timeout
-        while len(self.of_type(kind)) < count and time.monotonic() < deadline:
+        while len(self.of_type(kind, queue)) < count and time.monotonic() < deadline:
             time.sleep(0.05)
-        return self.of_type(kind)
+        return self.of_type(kind, queue)
 
 
 @contextmanager
