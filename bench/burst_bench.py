@@ -10,6 +10,12 @@ In one run, on the same jobs (every one due at the same slot, one queue):
   inserts the slots 500 at a time and sends each run with ``send_task``;
 - **bulk** (the default): the same tick, each chunk's messages made from one template per job
   shape and sent in one pipelined round trip (``jobs.bulk_publish``);
+- **bulk, quiet**: the same bulk tick without Celery's ``task-sent`` events (the burst path
+  before issue 40, and what a project with ``task_send_sent_event`` off gets): what each run's
+  event costs;
+- **bulk, tools on** (``--tools``): the bulk tick with sentry-sdk (its Celery integration,
+  Crons on, every trace sampled, envelopes dropped) and OpenTelemetry's Celery instrumentation
+  (an in-memory exporter) set up: each message a trace of its own (``jobs.observers``);
 - **floor**: the bare pipelined ``LPUSH`` of the very messages the bulk tick sent (read back from
   Redis), 500 per round trip: what sending them costs with nothing else to do;
 - **three beats**: three real ``celery beat`` processes sharing the burst (bulk), from the slot
@@ -33,6 +39,8 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -132,14 +140,19 @@ def _due_at(anchor: datetime) -> None:
         cursor.execute("UPDATE django_celery_beat_periodictask SET start_time = %s", [anchor])
 
 
-def one_tick(count: int, queue: _Queue, bulk: bool, frames: bool = True) -> float:
+def one_tick(
+    count: int, queue: _Queue, bulk: bool, frames: bool = True, sent_events: bool = True
+) -> float:
     """One in-process beat: its tick at the slot, until every message is in the broker
-    (``frames``: RabbitMQ's chunks framed by jobs.amqp_frames, else kombu's publish)."""
+    (``frames``: RabbitMQ's chunks framed by jobs.amqp_frames, else kombu's publish;
+    ``sent_events``: Celery's ``task-sent`` event per run)."""
+    from celery import current_app
     from django.utils import timezone
 
     from jobs import bulk_publish
     from jobs.models import JobRun
 
+    current_app.conf.task_send_sent_event = sent_events
     _set_bulk(bulk)
     bulk_publish.AMQP_FRAMES = frames
     anchor = timezone.now().replace(microsecond=0) + timedelta(seconds=8 + count // 10_000)
@@ -228,7 +241,40 @@ def _await_confirms(channel: Any, last: int) -> None:
         channel.events["basic_ack"].discard(on_ack)
 
 
-def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dict[str, Any]:
+@contextmanager
+def _tools_on() -> Iterator[None]:
+    """sentry-sdk and OpenTelemetry set up as a team runs them (traces sampled, Crons on), their
+    output dropped (Sentry) or kept in memory (OpenTelemetry)."""
+    import sentry_sdk
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from sentry_sdk.integrations.celery import CeleryIntegration
+    from sentry_sdk.transport import Transport
+
+    class Dropping(Transport):
+        def capture_envelope(self, envelope: Any) -> None:
+            return None
+
+    sentry_sdk.init(
+        dsn="https://public@sentry.invalid/1", transport=Dropping(),
+        integrations=[CeleryIntegration(monitor_beat_tasks=True)], traces_sample_rate=1.0,
+    )  # fmt: skip
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    instrumentor = CeleryInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+        sentry_sdk.init(dsn=None)
+
+
+def in_process(
+    count: int, rounds: int, per_run_rounds: int, broker: str, tools: bool = False
+) -> dict[str, Any]:
     name = f"bench-burst-{uuid.uuid4().hex[:8]}"
     queue = _Queue(broker, name)
     _wipe()
@@ -237,7 +283,7 @@ def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dic
     print(f"  {count} jobs created in {time.perf_counter() - began:.1f} s", flush=True)
     result: dict[str, Any] = {"slots": count}
     try:
-        per_run, bulk, floors, kombu = [], [], [], []
+        per_run, bulk, floors, kombu, quiet, tooled = [], [], [], [], [], []
         for n in range(max(rounds, per_run_rounds)):
             if n < per_run_rounds:
                 per_run.append(one_tick(count, queue, bulk=False))
@@ -249,6 +295,18 @@ def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dic
                 print(f"  bulk:    {bulk[-1]:.2f} s", flush=True)
                 floors.append(floor(messages, queue))
                 print(f"  floor:   {floors[-1]:.2f} s", flush=True)
+                quiet.append(one_tick(count, queue, bulk=True, sent_events=False))
+                queue.empty()
+                print(f"  bulk, quiet: {quiet[-1]:.2f} s", flush=True)
+                # Once more after the quiet tick, so neither has the other's place every round.
+                bulk.append(one_tick(count, queue, bulk=True))
+                queue.empty()
+                print(f"  bulk:    {bulk[-1]:.2f} s", flush=True)
+                if tools:
+                    with _tools_on():
+                        tooled.append(one_tick(count, queue, bulk=True))
+                    queue.empty()
+                    print(f"  bulk, tools on: {tooled[-1]:.2f} s", flush=True)
                 if not queue.redis:  # the same bulk tick without jobs.amqp_frames
                     kombu.append(one_tick(count, queue, bulk=True, frames=False))
                     queue.empty()
@@ -258,6 +316,8 @@ def in_process(count: int, rounds: int, per_run_rounds: int, broker: str) -> dic
             bulk=_summary(bulk),
             floor=_summary(floors),
             kombu=_summary(kombu),
+            quiet=_summary(quiet),
+            tools=_summary(tooled),
         )
     finally:
         _set_bulk(True)
@@ -346,6 +406,18 @@ def report(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {row['slots']:,} | {_cell(row['bulk'])} | {_cell(row['kombu'])} | {gain:.2f}x |"
             )
+    lines += [
+        "",
+        "| slots due at once | bulk, quiet (no task-sent) | bulk | cost of the events "
+        "| bulk, Sentry + OpenTelemetry on |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in results["in_process"]:
+        cost = row["bulk"]["median"] / row["quiet"]["median"] - 1
+        lines.append(
+            f"| {row['slots']:,} | {_cell(row['quiet'])} | {_cell(row['bulk'])} "
+            f"| {cost:+.0%} | {_cell(row['tools'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -357,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
         "--per-run-rounds", type=int, default=3, help="per-run rounds (at most 1 above 10k: slow)"
     )
     parser.add_argument("--skip-processes", action="store_true", help="no three-beat run")
+    parser.add_argument(
+        "--tools", action="store_true", help="also with Sentry and OpenTelemetry on"
+    )
     parser.add_argument("--only-processes", action="store_true", help="only the three-beat run")
     args = parser.parse_args(argv)
 
@@ -370,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
                 per_run_rounds = (
                     args.per_run_rounds if size <= 10_000 else min(args.per_run_rounds, 1)
                 )
-                results["in_process"].append(in_process(size, args.rounds, per_run_rounds, broker))
+                results["in_process"].append(
+                    in_process(size, args.rounds, per_run_rounds, broker, tools=args.tools)
+                )
         if not args.skip_processes:
             with tempfile.TemporaryDirectory(prefix="burst-bench-") as tmp:
                 for size in sizes:

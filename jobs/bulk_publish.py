@@ -15,9 +15,12 @@ pipeline (one round trip); on RabbitMQ a burst's chunks go out back to back on o
 confirm mode, each chunk's frames in one write (``jobs.amqp_frames``), and a chunk's
 acknowledgements are awaited once for all of it, when the next chunk is handed over
 (``Burst``): the broker confirms one chunk while the beat inserts the next. Celery's
-``before/after_task_publish`` signals fire once per template, not per message, and no
-``task-sent`` events are sent (as for any burst: Flower shows each run once a worker receives
-it).
+``before/after_task_publish`` signals fire once per template, not per message. Each run's
+``task-sent`` event (when ``task_send_sent_event`` is on, as Celery sends it) is made the same
+way, from the event Celery made for the template's run; a chunk's events go out together as one
+message in Celery's own form for a batch of events (``task.multi``, a list, as a worker's
+buffered events), in the chunk's pipeline or write: Flower, ``celery events`` and exporters
+count a burst's runs as any others.
 
 A chunk whose sending fails, or whose acknowledgements do not all come, leaves its runs
 ``scheduled``: maintenance re-publishes them, and a message that did arrive twice is a no-op at
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,8 +43,9 @@ import kombu.serialization
 from celery import current_app
 from celery.utils.saferepr import saferepr
 from kombu import Producer
+from kombu.utils import json as kombu_json
 
-from jobs import registry
+from jobs import observers, registry
 from jobs.amqp_frames import BufferedPublishing, MessageFrames
 from jobs.messages import message_headers, message_kwargs, publish, task_id_for
 from jobs.models import Job
@@ -68,16 +74,90 @@ class Publication:
 
 
 class _KeepingProducer:
-    """Stands in for the producer in ``send_task``: keeps the publish call instead of making it."""
+    """Stands in for the producer in ``send_task``: keeps the publish calls (the message, then
+    its ``task-sent`` event) instead of making them."""
 
     def __init__(self, producer: Any) -> None:
         self.connection = producer.connection
-        self.body: Any = None
-        self.publish_kwargs: dict[str, Any] = {}
+        self.kept: list[tuple[Any, dict[str, Any]]] = []
 
     def publish(self, body: Any, **kwargs: Any) -> None:
-        self.body = body
-        self.publish_kwargs = kwargs
+        self.kept.append((body, kwargs))
+
+
+class _SentEvent:
+    """Celery's ``task-sent`` event for a template's runs: the event Celery made for the sample
+    run, with the run's own task id, arguments' repr and display name, and the time and logical
+    clock of its sending."""
+
+    def __init__(self, fields: dict[str, Any], publish_kwargs: dict[str, Any], task_id: str):
+        self.fields = fields
+        self.task_id_keys = tuple(key for key, value in fields.items() if value == task_id)
+        self.declare = list(publish_kwargs.get("declare") or [])
+        self.publish_kwargs = {**publish_kwargs, "declare": [], "retry": False}
+        # The body's JSON text around the values a run fills, when composing it makes kombu's
+        # (else None: kombu serializes each), and the publish options that send it as is.
+        self._pieces = self._compose(fields) if publish_kwargs.get("serializer") == "json" else None
+        self._composed_kwargs = {
+            **{k: v for k, v in self.publish_kwargs.items() if k != "serializer"},
+            "content_type": "application/json",
+            "content_encoding": "utf-8",
+        }
+
+    def _compose(self, sample: dict[str, Any]) -> list[str] | None:
+        """The pieces of kombu's JSON text of an event like ``sample`` between the values a run
+        fills (their keys, at the odd places), if composing them makes kombu's text."""
+        open_keys = {*self.task_id_keys, "kwargs", "name", "timestamp", "clock"}
+        marked = {k: (f"\x00{k}\x00" if k in open_keys else v) for k, v in sample.items()}
+        pieces = re.split(r'"\\u0000(\w+)\\u0000"', kombu_json.dumps(marked))
+        self._pieces = pieces
+        probe = {**sample, "name": 'ü "q" \\ \n', "clock": 7, "timestamp": 1.5e9 + 0.125}
+        if all(self.body_text(event) == kombu_json.dumps(event) for event in (sample, probe)):
+            return pieces
+        return None
+
+    def event(self, task_id: str, kwargs_repr: str, job: str, shadowed: bool) -> dict[str, Any]:
+        event = dict(self.fields)
+        for key in self.task_id_keys:
+            event[key] = task_id
+        event["kwargs"] = kwargs_repr
+        if shadowed:
+            event["name"] = job
+        event["timestamp"] = time.time()
+        event["clock"] = current_app.clock.forward()  # type: ignore[attr-defined]  # as Celery's
+        return event
+
+    def body_text(self, event: dict[str, Any]) -> str:
+        """kombu's JSON text of ``event``, composed (``_compose``)."""
+        assert self._pieces is not None
+        pieces = self._pieces
+        out = [pieces[0]]
+        for n in range(1, len(pieces), 2):
+            out.append(_json_value(event[pieces[n]]))
+            out.append(pieces[n + 1])
+        return "".join(out)
+
+    def publish_batch(self, producer: Any, events: list[tuple[_SentEvent, dict[str, Any]]]) -> None:
+        """Send ``events`` (each with the ``_SentEvent`` that made it) in one message, as
+        Celery's dispatcher sends a buffered group: a list, routed ``<group>.multi``. A single
+        message per chunk: an event sent alone costs as much as the run's message."""
+        routing_key = "task.multi"
+        if all(sent._pieces is not None for sent, _ in events):
+            text = "[" + ", ".join(sent.body_text(event) for sent, event in events) + "]"
+            producer.publish(text, **{**self._composed_kwargs, "routing_key": routing_key})
+        else:
+            batch = [event for _, event in events]
+            producer.publish(batch, **{**self.publish_kwargs, "routing_key": routing_key})
+
+
+def _json_value(value: Any) -> str:
+    # As json.dumps writes a str, an int or a float (their repr); anything else whole.
+    kind = type(value)
+    if kind is str:
+        return _json_string(value)
+    if kind is int or kind is float:
+        return repr(value)
+    return kombu_json.dumps(value)
 
 
 @dataclass
@@ -95,14 +175,44 @@ class _Template:
     # The body's JSON text around the run's keyword arguments, when ``_composed_body`` makes
     # the body kombu serializes (else None: kombu serializes each).
     body_around: tuple[str, str] | None = None
+    # Celery's task-sent event for these messages; None when Celery sends none.
+    sent_event: _SentEvent | None = None
+    # The sample run's task id, and whether its message carries trace context (a tracing
+    # tool's, jobs.observers), made again for every other run's message.
+    sample_task_id: str = ""
+    traced: bool = False
 
-    def publish(self, producer: Any, task_id: str, kwargs: dict[str, Any], job: str) -> None:
+    def trace(
+        self, task_id: str, job: Job, schedule_of: observers.ScheduleOf | None
+    ) -> dict[str, Any]:
+        """The trace headers of run ``task_id``'s message (None: a header it has none of): the
+        sample's are its own."""
+        if not self.traced or task_id == self.sample_task_id:
+            return {}
+        schedule = schedule_of(job) if schedule_of is not None else None
+        task = str(self.headers.get("task", ""))
+        return observers.fresh_trace(self.headers, task, task_id, job.name, schedule)
+
+    def event(self, task_id: str, kwargs: dict[str, Any], job: str) -> dict[str, Any] | None:
+        """The run's ``task-sent`` event, if Celery sends one."""
+        if self.sent_event is None:
+            return None
+        shadowed = self.headers.get("shadow") is not None
+        return self.sent_event.event(task_id, self.kwargs_repr(kwargs), job, shadowed)
+
+    def publish(
+        self, producer: Any, task_id: str, kwargs: dict[str, Any], job: str,
+        trace: dict[str, Any],
+    ) -> None:  # fmt: skip
         headers = dict(self.headers)
         for key in self.task_id_headers:
             headers[key] = task_id
         if headers.get("shadow") is not None:
             headers["shadow"] = job
         headers["kwargsrepr"] = self.kwargs_repr(kwargs)
+        headers.update(trace)
+        for key in [key for key, value in trace.items() if value is None]:
+            del headers[key]  # a template's header this run's message has none of
         publish_kwargs = dict(self.publish_kwargs)
         for key in self.task_id_kwargs:
             publish_kwargs[key] = task_id
@@ -113,9 +223,20 @@ class _Template:
     def kwargs_repr(self, kwargs: dict[str, Any]) -> str:
         return _kwargs_repr(kwargs) if self.composed_repr else saferepr(kwargs, _repr_limit())
 
-    def open_values(self, task_id: str, kwargs: dict[str, Any], job: str) -> dict[str, str]:
+    def open_values(
+        self, task_id: str, kwargs: dict[str, Any], job: str, trace: dict[str, Any]
+    ) -> dict[str, str]:
         """What a run fills in the compiled frames' open fields (``_Confirms._compile``)."""
-        return {"task_id": task_id, "kwargsrepr": self.kwargs_repr(kwargs), "job": job}
+        values = {"task_id": task_id, "kwargsrepr": self.kwargs_repr(kwargs), "job": job}
+        if self.traced:
+            values.update({key: trace.get(key, self.headers[key]) for key in self.open_trace})
+        return values
+
+    @property
+    def open_trace(self) -> tuple[str, ...]:
+        """The headers a run's trace context fills (``observers.TRACE_HEADERS``, and the inner
+        headers Sentry's integration also writes them to)."""
+        return tuple(key for key in (*observers.TRACE_HEADERS, "headers") if key in self.headers)
 
     def body_bytes(self, kwargs: dict[str, Any], encoding: str) -> bytes:
         """The message body kombu's publish serializes, encoded as py-amqp sends it."""
@@ -187,12 +308,14 @@ def _run_kwargs(run: Publication) -> dict[str, Any]:
     return message_kwargs(run.job, run.run_id, run.scheduled_for)
 
 
-def _template(sample: Publication, producer: Any) -> _Template:
-    """Celery's own message for ``sample``'s run, through ``messages.publish``."""
+def _template(sample: Publication, producer: Any, headers: dict[str, Any]) -> _Template:
+    """Celery's own message for ``sample``'s run, through ``messages.publish`` (``headers``:
+    the beat's for it, ``observers.beat_headers``)."""
     keeping = _KeepingProducer(producer)
-    publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping, sent_event=False)
+    publish(sample.job, sample.run_id, sample.scheduled_for, producer=keeping, headers=headers)
     task_id = task_id_for(sample.run_id)
-    publish_kwargs = dict(keeping.publish_kwargs)
+    (body, publish_kwargs), *event = keeping.kept
+    publish_kwargs = dict(publish_kwargs)
     headers = dict(publish_kwargs.pop("headers") or {})
     declare = list(publish_kwargs.get("declare") or [])
     # Declared once per burst by ``publish_burst``, not once per message; each message's own
@@ -201,18 +324,24 @@ def _template(sample: Publication, producer: Any) -> _Template:
     publish_kwargs.update(declare=[], retry=False)
     template = _Template(
         composed_repr=headers.get("kwargsrepr") == _kwargs_repr(_run_kwargs(sample)),
-        body=keeping.body,
+        body=body,
         publish_kwargs=publish_kwargs,
         headers=headers,
         task_id_headers=tuple(key for key, value in headers.items() if value == task_id),
         task_id_kwargs=tuple(key for key, value in publish_kwargs.items() if value == task_id),
         declare=declare,
+        sent_event=_SentEvent(dict(event[0][0]), event[0][1], task_id) if event else None,
+        sample_task_id=task_id,
+        traced=observers.traced(headers),
     )
+    if template.sent_event is not None:
+        template.declare += template.sent_event.declare
     template.compose_body(_run_kwargs(sample))
     return template
 
 
-def _shape(job: Job) -> tuple[Any, ...]:
+def shape_of(job: Job) -> tuple[Any, ...]:
+    """What a job's messages are made of but the run: jobs alike in it share one template."""
     # The task a message names, and whether it carries the job's name as Celery's display name
     # (``shadow``, see ``messages.publish``): the one header that differs between such jobs. A
     # job's custom headers are part of its template (an adopted job's name among them).
@@ -224,6 +353,12 @@ def _shape(job: Job) -> tuple[Any, ...]:
         json.dumps(headers, sort_keys=True) if headers else "",
         *(getattr(job, f) for f in _SHAPE_FIELDS),
     )
+
+
+def family(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A shape but its job's own headers: jobs of one family are published alike (adopted rows
+    differ in their ``periodic_task_name`` header, so each has its own shape)."""
+    return shape[:2] + shape[3:]
 
 
 def _transport(producer: Any) -> str:
@@ -261,21 +396,25 @@ class _Confirms:
 
     def send(
         self, shape: tuple[Any, ...], template: _Template, task_id: str,
-        kwargs: dict[str, Any], job: str,
+        kwargs: dict[str, Any], job: str, trace: dict[str, Any],
     ) -> None:  # fmt: skip
         """Buffer one run's message, until ``flush``."""
         if self.publishing is None:
-            template.publish(self.producer, task_id, kwargs, job)
+            template.publish(self.producer, task_id, kwargs, job, trace)
             return
         if shape in self._compiled:
             compiled = self._compiled[shape]
         else:
-            compiled = self._compiled[shape] = self._compile(template, task_id, kwargs, job)
+            compiled = self._compiled[shape] = self._compile(template, task_id, kwargs, job, trace)
         if compiled is None:
-            template.publish(self.producer, task_id, kwargs, job)
+            template.publish(self.producer, task_id, kwargs, job, trace)
             return
         body = template.body_bytes(kwargs, compiled.encoding)
-        self.publishing.add(compiled.frames(body, template.open_values(task_id, kwargs, job)))
+        values = template.open_values(task_id, kwargs, job, trace)
+        self.publishing.add(compiled.frames(body, values))
+        self._buffered()
+
+    def _buffered(self) -> None:
         self.published += 1
         self.outstanding.add(self.published)
 
@@ -285,15 +424,16 @@ class _Confirms:
             self.publishing.flush()
 
     def _compile(
-        self, template: _Template, task_id: str, kwargs: dict[str, Any], job: str
-    ) -> MessageFrames | None:
+        self, template: _Template, task_id: str, kwargs: dict[str, Any], job: str,
+        trace: dict[str, Any],
+    ) -> MessageFrames | None:  # fmt: skip
         """The frames of ``template``'s messages, compiled from the message kombu makes for
         this run; None when kombu's message is not the template's with the run's values in
         the open fields and its body (a body serialized otherwise, compression...)."""
         assert self.publishing is not None  # send compiles only with jobs.amqp_frames on
         plain = Producer(self.channel, auto_declare=False)
         message, arguments = self.publishing.capture(
-            lambda: template.publish(plain, task_id, kwargs, job)
+            lambda: template.publish(plain, task_id, kwargs, job, trace)
         )
         properties = message.properties
         headers = properties.get("application_headers") or {}
@@ -305,11 +445,13 @@ class _Confirms:
         open_headers["kwargsrepr"] = "kwargsrepr"
         if headers.get("shadow") is not None:
             open_headers["shadow"] = "job"
+        # A run's own trace context (none but text compiles: Sentry's are sent by kombu).
+        open_headers.update((key, key) for key in template.open_trace)
         encoding = properties.get("content_encoding") or "utf-8"
         return MessageFrames.compile(
             message, channel_id=self.publishing.channel_id, frame_max=self.publishing.frame_max,
             arguments=arguments, open_properties=open_properties, open_headers=open_headers,
-            values=template.open_values(task_id, kwargs, job),
+            values=template.open_values(task_id, kwargs, job, trace),
             body=template.body_bytes(kwargs, encoding),
         )  # fmt: skip
 
@@ -352,6 +494,7 @@ class _Unconfirmed:
     first: int
     last: int
     run_ids: list[int]
+    sent: int  # the runs' messages among the tags (the rest: their task-sent events')
 
 
 class Burst:
@@ -365,8 +508,9 @@ class Burst:
     whose sending fails, or whose confirms do not all come, is logged and left ``scheduled``
     for maintenance (its delivery is uncertain: some messages may have arrived)."""
 
-    def __init__(self, producer: Any) -> None:
+    def __init__(self, producer: Any, *, schedule_of: observers.ScheduleOf | None = None) -> None:
         self.producer = producer
+        self.schedule_of = schedule_of
         self.sent = 0
         self.failed: set[int] = set()  # runs whose message may not have gone out
         self._templates: dict[tuple[Any, ...], _Template] = {}
@@ -383,55 +527,74 @@ class Burst:
             self._confirms.close()
             self._confirms = None
 
-    def publish(self, runs: Sequence[Publication]) -> None:
-        """Send ``runs`` (one chunk). A run whose message cannot be made is logged and left
-        ``scheduled``."""
+    def publish(
+        self, runs: Sequence[Publication], shapes: list[tuple[Any, ...]] | None = None
+    ) -> None:
+        """Send ``runs`` (one chunk; ``shapes``: each one's ``shape_of``, if known). A run whose
+        message cannot be made is logged and left ``scheduled``."""
         self._settle()
-        shapes = [_shape(run.job) for run in runs]
+        if shapes is None:
+            shapes = [shape_of(run.job) for run in runs]
         try:
             for run, shape in zip(runs, shapes, strict=True):
                 if shape not in self._templates:
-                    self._templates[shape] = template = _template(run, self.producer)
+                    self._templates[shape] = template = _template(
+                        run, self.producer, self._beat_headers(run.job)
+                    )
                     for entity in template.declare:
                         self.producer.maybe_declare(entity)
             if self._driver == "amqp":
                 self._publish_confirmed(runs, shapes)
             elif self._driver == "redis" and self.producer.supports_batch_publish:
-                with self.producer.batch(max_size=max(len(runs), 1)):
-                    buffered = self._publish_each(self._send, runs, shapes)
+                # The runs' messages and their task-sent events' one.
+                with self.producer.batch(max_size=len(runs) + 1):
+                    buffered = self._publish_each(self._send, runs, shapes, self.producer)
                 self.sent += buffered  # once the pipeline went out whole
             else:
-                self.sent += self._publish_each(self._send, runs, shapes)
+                self.sent += self._publish_each(self._send, runs, shapes, self.producer)
         except Exception:
             self._chunk_failed([run.run_id for run in runs])
+
+    def _beat_headers(self, job: Job) -> dict[str, Any]:
+        if self.schedule_of is None:
+            return {}
+        return observers.beat_headers(job.name, self.schedule_of(job))
 
     def _publish_confirmed(self, runs: Sequence[Publication], shapes: list[Any]) -> None:
         if self._confirms is None:
             self._confirms = _Confirms(self.producer.connection)
-        first = self._confirms.published + 1
-        self._publish_each(self._confirms.send, runs, shapes)
-        self._confirms.flush()
-        if self._confirms.published >= first:
+        confirms = self._confirms
+        first = confirms.published + 1
+        sent = self._publish_each(confirms.send, runs, shapes, confirms.producer)
+        confirms.flush()
+        if confirms.published >= first:
             self._unconfirmed = _Unconfirmed(
-                first, self._confirms.published, [run.run_id for run in runs]
+                first, confirms.published, [run.run_id for run in runs], sent
             )
 
     def _send(
         self, shape: tuple[Any, ...], template: _Template, task_id: str,
-        kwargs: dict[str, Any], job: str,
+        kwargs: dict[str, Any], job: str, trace: dict[str, Any],
     ) -> None:  # fmt: skip
-        template.publish(self.producer, task_id, kwargs, job)
+        template.publish(self.producer, task_id, kwargs, job, trace)
 
     def _publish_each(
-        self, send: Callable[..., None], runs: Sequence[Publication], shapes: list[Any]
-    ) -> int:
+        self, send: Callable[..., None], runs: Sequence[Publication], shapes: list[Any],
+        events_producer: Any,
+    ) -> int:  # fmt: skip
+        """Send each run's message, then the task-sent events of those sent (one message, on
+        ``events_producer``); the number of runs sent."""
         buffered = 0
+        events: list[tuple[_SentEvent, dict[str, Any]]] = []
         for run, shape in zip(runs, shapes, strict=True):
+            template = self._templates[shape]
+            task_id, kwargs, job = task_id_for(run.run_id), _run_kwargs(run), run.job.name
             try:
-                send(
-                    shape, self._templates[shape], task_id_for(run.run_id), _run_kwargs(run),
-                    run.job.name,
-                )  # fmt: skip
+                trace = template.trace(task_id, run.job, self.schedule_of)
+                send(shape, template, task_id, kwargs, job, trace)
+                event = template.event(task_id, kwargs, job)
+                if event is not None and template.sent_event is not None:
+                    events.append((template.sent_event, event))
             except Exception:
                 self.failed.add(run.run_id)
                 log.exception(
@@ -440,7 +603,19 @@ class Burst:
                 )
             else:
                 buffered += 1
+        if events:
+            self._publish_events(events_producer, events)
         return buffered
+
+    @staticmethod
+    def _publish_events(producer: Any, events: list[tuple[_SentEvent, dict[str, Any]]]) -> None:
+        try:
+            events[0][0].publish_batch(producer, events)
+        except Exception:  # what the events tell is the runs' records', kept all the same
+            log.exception(
+                "publishing a burst chunk's task-sent events failed",
+                extra={"action": "sent_events_failed", "count": len(events)},
+            )
 
     def _settle(self) -> None:
         """Await the confirms of the chunk handed to RabbitMQ last."""
@@ -452,7 +627,7 @@ class Burst:
         except Exception:
             self._chunk_failed(chunk.run_ids)
         else:
-            self.sent += chunk.last - chunk.first + 1
+            self.sent += chunk.sent
 
     def _chunk_failed(self, run_ids: list[int]) -> None:
         self.failed.update(run_ids)

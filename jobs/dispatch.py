@@ -15,7 +15,7 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import bulk_publish, messages, registry
+from jobs import bulk_publish, messages, observers, registry
 from jobs.conf import get_conf
 from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
@@ -24,12 +24,13 @@ from jobs.models import Job, JobKind, JobRun, Trigger
 log = logging.getLogger(__name__)
 
 
-# More runs than this published at once are a burst (see ``publishing``).
+# More runs than this at once are a burst: more than this of one shape in a chunk are published
+# in bulk (see ``publishing``).
 BURST_OVER = 100
 
 
 def is_burst(count: int) -> bool:
-    """Whether publishing ``count`` runs at once is a burst (``publishing``'s ``burst``)."""
+    """Whether ``count`` runs at once are a burst."""
     return count > BURST_OVER
 
 
@@ -38,11 +39,14 @@ class Publishing:
     took and ``published`` names their runs, both final once ``publishing``'s block ends."""
 
     def __init__(
-        self, producer: Any, burst: bulk_publish.Burst | None, sent_event: bool = False
+        self,
+        producer: Any,
+        burst: bulk_publish.Burst | None,
+        schedule_of: observers.ScheduleOf | None = None,
     ) -> None:
         self.producer = producer
         self.burst = burst
-        self.sent_event = sent_event
+        self.schedule_of = schedule_of
         self._sent_one_by_one = 0
         self._handed: list[int] = []
         self._failed: set[int] = set()
@@ -67,14 +71,18 @@ class Publishing:
             else:
                 _refuse_unregistered(job, run_id)
         self._handed += [run_id for _, run_id, _ in publishable]
-        if self.burst is not None:
-            if publishable:
-                self.burst.publish([bulk_publish.Publication(*run) for run in publishable])
-            return
-        for job, run_id, scheduled_for in publishable:
+        one_by_one = publishable
+        if self.burst is not None and is_burst(len(publishable)):
+            bulk, shapes, one_by_one = _by_family(publishable)
+            if bulk:
+                self.burst.publish(bulk, shapes)
+        for job, run_id, scheduled_for in one_by_one:
+            headers = None
+            if self.schedule_of is not None:
+                headers = observers.beat_headers(job.name, self.schedule_of(job))
             try:
                 messages.publish(
-                    job, run_id, scheduled_for, producer=self.producer, sent_event=self.sent_event
+                    job, run_id, scheduled_for, producer=self.producer, headers=headers
                 )
             except Exception:
                 self._failed.add(run_id)
@@ -86,28 +94,53 @@ class Publishing:
                 self._sent_one_by_one += 1
 
 
+def _by_family(
+    runs: list[tuple[Job, int, datetime]],
+) -> tuple[list[bulk_publish.Publication], list[Any], list[tuple[Job, int, datetime]]]:
+    """A chunk's runs of a family (``bulk_publish.family``) with more than ``BURST_OVER`` runs
+    in it, to publish in bulk, with their shapes; and the others, one by one as any run: the
+    decision is the chunk's and the family's, so a job due beside a burst of others is
+    published as it would be alone."""
+    groups: dict[tuple[Any, ...], list[tuple[bulk_publish.Publication, Any]]] = {}
+    for run in runs:
+        publication = bulk_publish.Publication(*run)
+        shape = bulk_publish.shape_of(publication.job)
+        groups.setdefault(bulk_publish.family(shape), []).append((publication, shape))
+    bulk: list[bulk_publish.Publication] = []
+    shapes: list[Any] = []
+    one_by_one: list[tuple[Job, int, datetime]] = []
+    for group in groups.values():
+        if is_burst(len(group)):
+            bulk += [publication for publication, _ in group]
+            shapes += [shape for _, shape in group]
+        else:
+            one_by_one += [(p.job, p.run_id, p.scheduled_for) for p, _ in group]
+    return bulk, shapes, one_by_one
+
+
 @contextmanager
-def publishing(producer: Any = None, *, burst: bool = False) -> Iterator[Publishing]:
-    """Publish runs in chunks within the block. A ``burst`` (many runs at once) goes without
-    Celery's ``task-sent`` events, which would double its cost (Flower shows each run once a
-    worker receives it), and in bulk unless ``JOBS_BULK_PUBLISH`` is off
-    (``jobs.bulk_publish``: on RabbitMQ one chunk's confirms are awaited while the next is
-    made)."""
-    if burst and get_conf().bulk_publish:
+def publishing(
+    producer: Any = None, *, schedule_of: observers.ScheduleOf | None = None
+) -> Iterator[Publishing]:
+    """Publish runs in chunks within the block: in a chunk, the runs of a shape with more than
+    ``BURST_OVER`` runs go in bulk unless ``JOBS_BULK_PUBLISH`` is off (``jobs.bulk_publish``:
+    Celery's messages and ``task-sent`` events, at the broker's speed; on RabbitMQ one
+    chunk's confirms are awaited while the next is made), every other run one by one.
+    ``schedule_of`` (a beat's: each job's schedule): each run's message starts a trace of its
+    own and carries its job's Crons check-in, as stock beat's (``jobs.observers``)."""
+    if get_conf().bulk_publish:
         with (
             current_app.producer_or_acquire(producer) as acquired,
-            bulk_publish.Burst(acquired) as bulk,
+            bulk_publish.Burst(acquired, schedule_of=schedule_of) as bulk,
         ):
-            yield Publishing(acquired, bulk)
+            yield Publishing(acquired, bulk, schedule_of)
     else:
-        yield Publishing(producer, None, sent_event=not burst)
+        yield Publishing(producer, None, schedule_of)
 
 
-def publish_many(
-    runs: Iterable[tuple[Job, int, datetime]], producer: Any = None, *, burst: bool = False
-) -> int:
+def publish_many(runs: Iterable[tuple[Job, int, datetime]], producer: Any = None) -> int:
     """Publish each run (one chunk, see ``publishing``); the number sent."""
-    with publishing(producer, burst=burst) as publisher:
+    with publishing(producer) as publisher:
         publisher.add(runs)
     return publisher.sent
 

@@ -28,16 +28,6 @@ def run_id_of(task_id: str | None) -> int | None:
     return int(digits)
 
 
-class _NoSentEvent:
-    """An event dispatcher that drops Celery's ``task-sent`` event (see ``publish``)."""
-
-    def publish(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_NO_SENT_EVENT = _NoSentEvent()
-
-
 class _SentEventAs:
     """An event dispatcher that sends Celery's ``task-sent`` event under a display name: Celery
     gives it the task's own name even when the message has a ``shadow``, and Flower takes the
@@ -100,12 +90,11 @@ def publish(
     producer: object = None,
     *,
     eta: datetime | None = None,
-    sent_event: bool = True,
+    headers: dict[str, Any] | None = None,
 ) -> None:
     """Send the message that asks a worker to execute run ``run_id`` of ``job``; with ``eta``
-    (a retry's backoff) the worker holds it until then. ``sent_event=False`` skips Celery's
-    ``task-sent`` event (half the cost of a publish; Flower still sees the run once a worker
-    receives it), for bursts of thousands of slots."""
+    (a retry's backoff) the worker holds it until then; ``headers``: this message's own, beside
+    the job's (``jobs.observers.beat_headers``)."""
     options: dict[str, Any] = {"queue": job.queue, "task_id": task_id_for(run_id)}
     # A plain Celery task's own task must never get a run's message (it would run unguarded,
     # with these arguments): its runs go to registry.RUN_TASK, which calls it under the guard.
@@ -115,8 +104,6 @@ def publish(
         # task the message names, which is what the worker runs.
         options["shadow"] = job.name
         options["event_dispatcher"] = _SentEventAs(job.name)
-    if not sent_event:
-        options["event_dispatcher"] = _NO_SENT_EVENT
     if job.priority is not None:
         options["priority"] = wire_priority(job.priority)
     # An adopted django-celery-beat entry's routing (jobs.beat.adoption); blank: the queue's own.
@@ -124,7 +111,7 @@ def publish(
         options["exchange"] = job.exchange
     if job.routing_key:
         options["routing_key"] = job.routing_key
-    headers = message_headers(job)
+    headers = {**message_headers(job), **(headers or {})}
     if headers:
         options["headers"] = headers
     # As django-celery-beat sends an expiring row's messages: a worker drops one that arrives

@@ -381,7 +381,7 @@ class ClusterScheduler(Scheduler):
         if once:
             ordered = [item for item in ordered if not item[0].job.one_off]
         created = 0
-        with publishing(self.producer, burst=is_burst(len(fire))) as publisher:
+        with publishing(self.producer, schedule_of=self._schedule_of) as publisher:
             created += self._record_one_offs(once, reasons, publisher)
             for start in range(0, len(ordered), PUBLISH_CHUNK):
                 chunk = ordered[start : start + PUBLISH_CHUNK]
@@ -415,6 +415,10 @@ class ClusterScheduler(Scheduler):
             sent,
             extra={"action": "beat_fired"},
         )
+
+    def _schedule_of(self, job: Job) -> Schedule | None:
+        entry = self._entries.get(job.pk)
+        return entry.schedule if entry is not None else None
 
     def _mark_published(self, run_ids: list[int]) -> None:
         # Stamped once the messages are out, so that maintenance never counts a run as sent

@@ -12,6 +12,7 @@ from typing import Any
 
 from celery.exceptions import Ignore
 
+from jobs import observers
 from jobs.exceptions import RunFailed, RunLost
 from jobs.models import RunStatus
 
@@ -36,6 +37,8 @@ def report(delivery: Delivery) -> dict[str, Any]:
     if delivery.duplicate:
         raise Ignore(f"duplicate delivery of run {delivery.run_id} ({delivery.status})")
     if delivery.status == RunStatus.FAILED:
+        if delivery.cause is not None:
+            observers.run_failed(delivery.cause)
         raise RunFailed(delivery.reason) from delivery.cause
     if delivery.status == RunStatus.LOST:
         raise RunLost(delivery.reason)

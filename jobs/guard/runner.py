@@ -21,7 +21,7 @@ from typing import Any
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import dispatch, jsonvalues, logcontext, messages, registry
+from jobs import dispatch, jsonvalues, logcontext, messages, observers, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import (
@@ -93,6 +93,7 @@ def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: 
     job = claim.job
     fields["job"] = job.name
     logcontext.bind(job=job.name, slot=claim.scheduled_for, token=_token(claim.lease))
+    observers.name_run(job.name)
     if claim.status == RunStatus.MISSED:
         log.warning("run missed its start deadline", extra={**fields, "action": "missed"})
         after_finish.run_ended(claim)

@@ -21,7 +21,7 @@ from jobs.alerts import detect
 from jobs.background import PeriodicThread
 from jobs.beat import changelog, retiring
 from jobs.database_clock import database_now
-from jobs.dispatch import is_burst, publish_many
+from jobs.dispatch import publish_many
 from jobs.guard import lease, run_records
 from jobs.models import Job
 from jobs.upkeep import queue_depth, sweeps
@@ -136,7 +136,7 @@ def _republish(stranded: list[run_records.NewRun], producer: Any) -> int:
         (jobs[run.job_id], run.run_id, run.scheduled_for) for run in stranded if run.job_id in jobs
     ]
     with current_app.producer_or_acquire(producer) as acquired:
-        sent = publish_many(runs, producer=acquired, burst=is_burst(len(runs)))
+        sent = publish_many(runs, producer=acquired)
     log.warning(
         "re-published %d run(s) still scheduled long after their message went out",
         sent,

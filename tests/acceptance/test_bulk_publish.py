@@ -41,6 +41,7 @@ from tests.acceptance.conftest import (
     wait_for,
 )
 from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks published here)
+from tests.support.celery_events import events_heard
 from tests.support.job_factory import new_job
 from tests.support.private_redis import PrivateRedis
 from tests.support.slot_history import BEAT_ENV, count_executions
@@ -72,9 +73,9 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
     """For jobs of every shape (a job function, two jobs sharing one template but not a display
     name, a priority, a hard time limit, a plain Celery task through the runner task), each
     run's message from a burst equals the one ``send_task`` makes: headers, body bytes and
-    properties (but the broker's delivery tag). On RabbitMQ every one of them was framed by
-    the compiled frames (``amqp_frames.MessageFrames``) around a composed body, not by kombu
-    and py-amqp."""
+    properties (but the broker's delivery tag). On RabbitMQ every one of them was framed by the
+    compiled frames (``amqp_frames.MessageFrames``) around a composed body, not by kombu and
+    py-amqp."""
     compiled: list[bytes] = []  # what the burst buffered as compiled frames
     add = BufferedPublishing.add
 
@@ -146,6 +147,70 @@ def test_bulk_messages_are_send_tasks_own(broker: Broker, monkeypatch: pytest.Mo
     twin_b = in_bulk[f"jobrun-{runs[4].pk}"]
     assert twin_b[0]["shadow"] == f"{broker.kind}-twin-b"
     assert json.loads(twin_b[1])[1]["job"] == f"{broker.kind}-twin-b"
+
+
+# What differs between two sendings of one event: when, the sender's logical clock, and when
+# the receiver got it.
+_WHEN = ("timestamp", "clock", "local_received")
+
+
+@pytest.mark.django_db
+def test_each_run_of_a_burst_sends_the_task_sent_event_send_task_sends(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real events receiver (as ``celery events`` and Flower) hears one ``task-sent`` event
+    per run of a burst, equal to the one ``send_task`` sends for the run but for its time and
+    logical clock: the task id, the job as display name, the arguments' repr, the queue. The
+    burst's events came in one message, as Celery sends a batch of events (``task.multi``),
+    each composed (``_SentEvent.body_text``), not serialized by kombu."""
+    composed: list[str] = []
+    body_text = bulk_publish._SentEvent.body_text
+
+    def counted(self: Any, event: dict[str, Any]) -> str:
+        composed.append(body_text(self, event))
+        return composed[-1]
+
+    monkeypatch.setattr(bulk_publish._SentEvent, "body_text", counted)
+    batches: list[int] = []  # the events of each message of events the burst sent
+    publish_batch = bulk_publish._SentEvent.publish_batch
+
+    def counted_batch(self: Any, producer: Any, events: list[Any]) -> None:
+        batches.append(len(events))
+        publish_batch(self, producer, events)
+
+    monkeypatch.setattr(bulk_publish._SentEvent, "publish_batch", counted_batch)
+    queue = f"bulk-events-{broker.kind}"
+    jobs = [
+        new_job(f"{broker.kind}-events-fn", log=NOWHERE, queue=queue),
+        new_job(f"{broker.kind}-events-celery", PLAIN_APPEND, log=NOWHERE, queue=queue),
+    ]
+    runs = [
+        JobRun.objects.create(job=job, scheduled_for=timezone.now(), trigger=Trigger.SCHEDULED)
+        for job in jobs
+        for _ in range(3)
+    ]
+    task_ids = {messages.task_id_for(run.pk) for run in runs}
+    with events_heard(broker.url) as heard, broker.producer() as producer:
+        for run in runs:
+            messages.publish(run.job, run.pk, run.scheduled_for, producer=producer)
+        by_send_task = heard.wait_for("task-sent", len(runs), queue=queue)
+        sent = bulk_publish.publish_burst(
+            [bulk_publish.Publication(run.job, run.pk, run.scheduled_for) for run in runs],
+            producer,
+        )
+        in_bulk = heard.wait_for("task-sent", 2 * len(runs), queue=queue)[len(runs) :]
+    _drain(broker.url, queue)
+
+    assert sent == len(runs)
+    assert len(composed) >= len(runs)
+    assert batches == [len(runs)]
+    assert sorted(event["uuid"] for event in in_bulk) == sorted(task_ids)
+    own = {event["uuid"]: event for event in by_send_task}
+    for event in in_bulk:
+        expected = {k: v for k, v in own[event["uuid"]].items() if k not in _WHEN}
+        assert {k: v for k, v in event.items() if k not in _WHEN} == expected
+        assert event["clock"] > own[event["uuid"]]["clock"]
+    assert {event["name"] for event in in_bulk} == {job.name for job in jobs}
 
 
 @pytest.mark.django_db

@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
-from jobs import dispatch, messages
+from jobs import bulk_publish, dispatch, messages
 from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus, Trigger
@@ -51,9 +52,7 @@ def test_a_burst_is_more_than_a_hundred_runs_at_once() -> None:
     assert dispatch.is_burst(dispatch.BURST_OVER + 1)
 
 
-def test_runs_are_published_one_by_one_with_their_sent_event(
-    make_job: Callable[..., Job], publishes: Publishes
-) -> None:
+def test_runs_are_published_one_by_one(make_job: Callable[..., Job], publishes: Publishes) -> None:
     job = make_job()
     runs = [new_run(job), new_run(job, ago=60)]
     count = dispatch.publish_many([(job, run.pk, run.scheduled_for) for run in runs])
@@ -61,7 +60,6 @@ def test_runs_are_published_one_by_one_with_their_sent_event(
     assert [(run_id, slot) for run_id, slot, _ in publishes.sent] == [
         (run.pk, run.scheduled_for) for run in runs
     ]
-    assert all(options["sent_event"] for _, _, options in publishes.sent)
 
 
 def test_a_failed_publish_is_logged_and_leaves_its_run_scheduled_for_maintenance(
@@ -173,3 +171,23 @@ def test_a_run_kept_from_before_digests_is_replayed_whatever_the_request(
     old, _ = dispatch.trigger_once(job, "legacy")  # no digest, as runs made before them
     replayed, created = dispatch.trigger_once(job, "legacy", digest="f" * 64)
     assert replayed.pk == old.pk and not created
+
+
+def test_in_a_chunk_only_a_family_of_more_than_a_hundred_runs_goes_in_bulk(
+    make_job: Callable[..., Job], publishes: Publishes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bulk decision is the chunk's and the job family's, not the tick's: a job due beside
+    a burst of another family's runs is published one by one, as it would be alone."""
+    in_bulk: list[int] = []
+    monkeypatch.setattr(
+        bulk_publish.Burst, "publish",
+        lambda self, runs, shapes=None: in_bulk.extend(run.run_id for run in runs),
+    )  # fmt: skip
+    many = [make_job(name=f"many-{i}") for i in range(dispatch.BURST_OVER + 1)]
+    alone = make_job(name="alone", queue="elsewhere")
+    burst = [(job, new_run(job).pk, timezone.now()) for job in many]
+    single = (alone, new_run(alone).pk, timezone.now())
+    with dispatch.publishing() as publisher:
+        publisher.add([*burst, single])
+    assert sorted(in_bulk) == sorted(run_id for _, run_id, _ in burst)
+    assert [run_id for run_id, _, _ in publishes.sent] == [single[1]]

@@ -94,11 +94,10 @@ def test_a_job_named_apart_from_its_task_and_its_policies_shape_the_message(
         name="nightly", task="tests.record", queue="reports", priority=8, exchange="ex",
         routing_key="rk", headers={"tenant": "eu"}, expires_at=expires, time_limit=30,
     )  # fmt: skip
-    messages.publish(job, 7, SLOT, producer="a producer", eta=SLOT, sent_event=False)
+    messages.publish(job, 7, SLOT, producer="a producer", eta=SLOT)
     ((task, options),) = app.sent
     assert task == "tests.record"
     assert options["shadow"] == "nightly"
-    assert options["event_dispatcher"] is messages._NO_SENT_EVENT  # a burst: no task-sent
     assert {key: options[key] for key in ("priority", "exchange", "routing_key", "headers")} == {
         "priority": 8, "exchange": "ex", "routing_key": "rk", "headers": {"tenant": "eu"},
     }  # fmt: skip
