@@ -5,16 +5,10 @@ More in docs/architecture.md, "Module notes".
 
 from __future__ import annotations
 
-import math
-import zoneinfo
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 
-from croniter import CroniterBadDateError, croniter
-
-from jobs.schedule import solar
+from jobs.schedule import cron, solar
 from jobs.schedule.kinds import (
     At,
     Cron,
@@ -22,14 +16,10 @@ from jobs.schedule.kinds import (
     Schedule,
     Solar,
     canonical_cron,
-    validate_timezone,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MICROSECOND = timedelta(microseconds=1)
-# Matching wall times skipped while walking past a repeated hour: at most one per minute of it.
-# Far above any real zone's overlap; hitting it means a bug, not a schedule.
-_MAX_WALK = 10_000
 
 
 def latest_slot(schedule: Schedule, now: datetime) -> datetime | None:
@@ -41,7 +31,7 @@ def latest_slot(schedule: Schedule, now: datetime) -> datetime | None:
         step = timedelta(seconds=schedule.seconds)
         return anchor + ((now - anchor) // step) * step
     if isinstance(schedule, Cron):
-        return _cron_latest(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
+        return cron.cron_latest(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
     if isinstance(schedule, At):
         return schedule.when.astimezone(UTC) if schedule.when <= now else None
     if isinstance(schedule, Solar):
@@ -58,7 +48,7 @@ def next_slot(schedule: Schedule, now: datetime) -> datetime | None:
         step = timedelta(seconds=schedule.seconds)
         return anchor + ((now - anchor) // step + 1) * step
     if isinstance(schedule, Cron):
-        return _cron_next(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
+        return cron.cron_next(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
     if isinstance(schedule, At):
         return schedule.when.astimezone(UTC) if schedule.when > now else None
     if isinstance(schedule, Solar):
@@ -115,97 +105,3 @@ def period_after(schedule: Schedule, slot: datetime) -> timedelta | None:
     """How long after ``slot`` the next slot comes (``None`` if none does)."""
     following = next_slot(schedule, slot)
     return None if following is None else following - slot
-
-
-# --- cron in a time zone -------------------------------------------------------------------
-# A slot is a wall-clock minute that Celery's crontab matches: ``expr`` is ``canonical_cron``'s
-# form of what was typed (Celery's reading of each field, written out for croniter), and
-# croniter evaluates it with ``day_or=False``, so every field must match, day of month and day
-# of week included, as in Celery (croniter's default is Unix cron's OR of the two day fields).
-# Cached: thousands of jobs often share an expression and are asked about the same instant
-# (at start-up, or when they all fire at one slot), and croniter costs ~0.1 ms per call.
-
-
-@lru_cache(maxsize=8192)
-def _cron_next(expr: str, tz: str, now: datetime) -> datetime:
-    zone = validate_timezone(tz)
-    wall = _wall(now, zone)
-    # instant(wall) <= now, and the mapping is non-decreasing: no earlier wall time can qualify.
-    matches = croniter(expr, _as_fake_utc(wall), day_or=False)
-    for _ in range(_MAX_WALK):
-        candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_next, expr)), zone)
-        if candidate > now:
-            return candidate
-    raise RuntimeError(f"no slot of {expr!r} in {tz} after {now.isoformat()}")  # pragma: no cover
-
-
-@lru_cache(maxsize=8192)
-def _cron_latest(expr: str, tz: str, now: datetime) -> datetime:
-    zone = validate_timezone(tz)
-    local = now.astimezone(zone)
-    start = local.replace(tzinfo=None)
-    if local.fold:
-        # ``now`` is in the second pass of a repeated hour: wall times up to one DST shift
-        # later still mean their first pass, which is at or before ``now``.
-        first_offset = local.replace(fold=0).utcoffset()
-        second_offset = local.utcoffset()
-        assert first_offset is not None and second_offset is not None
-        start += first_offset - second_offset
-    # croniter's get_prev is strictly before its start; nudge so an exact hit counts.
-    matches = croniter(expr, _as_fake_utc(start + _ONE_MICROSECOND), day_or=False)
-    for _ in range(_MAX_WALK):
-        candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_prev, expr)), zone)
-        if candidate <= now:
-            return candidate
-    raise RuntimeError(f"no slot of {expr!r} in {tz} before {now.isoformat()}")  # pragma: no cover
-
-
-def _never_fires_if_raises(step: Callable[[type[datetime]], datetime], expr: str) -> datetime:
-    try:
-        return step(datetime)
-    except CroniterBadDateError:
-        # croniter gives up after decades without a match: a date that never comes (31 Feb).
-        raise ValueError(f"{expr!r} never fires: no date matches it") from None
-
-
-def _wall(instant: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
-    """The local wall-clock time of ``instant`` in ``zone``, naive."""
-    return instant.astimezone(zone).replace(tzinfo=None)
-
-
-def _instant(wall: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
-    """The DST rule: the UTC instant at which the local wall-clock time ``wall`` runs."""
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    if _wall(first, zone) == wall:
-        return first  # it exists; for a repeated time, fold=0 is its first occurrence
-    return _gap_end(wall, zone)
-
-
-def _gap_end(wall: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
-    """The first instant after the DST gap that swallowed ``wall``: the transition itself."""
-    # Read with the offsets before and after the transition, ``wall`` gives two instants that
-    # bracket it. Offsets change on whole seconds (TZif stores seconds), so bisect on seconds.
-    readings = sorted(wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1))
-    before = math.floor(readings[0].timestamp())
-    after = math.ceil(readings[1].timestamp())
-    new_offset = _offset_at(after, zone)
-    while after - before > 1:
-        middle = (before + after) // 2
-        if _offset_at(middle, zone) == new_offset:
-            after = middle
-        else:
-            before = middle
-    return datetime.fromtimestamp(after, UTC)
-
-
-def _offset_at(timestamp: int, zone: zoneinfo.ZoneInfo) -> timedelta | None:
-    return datetime.fromtimestamp(timestamp, UTC).astimezone(zone).utcoffset()
-
-
-def _as_fake_utc(wall: datetime) -> datetime:
-    # croniter on a UTC datetime does plain wall-clock arithmetic: no DST to interfere.
-    return wall.replace(tzinfo=UTC)
-
-
-def _as_naive(value: datetime) -> datetime:
-    return value.replace(tzinfo=None)
