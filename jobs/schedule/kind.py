@@ -63,6 +63,12 @@ class ScheduleKind:
     # Its slots' phase is its own (an anchored interval), where Celery's counts from the last
     # run: the switch report (jobs.beat.switch_report) does not hold its next slots to Celery's.
     phase_of_its_own: ClassVar[bool] = False
+    # The admin form (jobs.forms): the schedule type's value and label, the form fields the kind
+    # reads, and whether a new job may choose it (False: only kept on a job whose entry has it).
+    form_choice: ClassVar[str]
+    form_label: ClassVar[str]
+    form_fields: ClassVar[tuple[str, ...]] = ()
+    offered_when_new: ClassVar[bool] = True
 
     def latest_slot(self, now: datetime) -> datetime | None:
         """The newest slot at or before ``now`` (UTC), or ``None`` if the schedule has not
@@ -85,6 +91,17 @@ class ScheduleKind:
 
     def describe(self) -> str:
         """The schedule in words, for the admin and the CLI."""
+        raise NotImplementedError
+
+    def form_initial(self) -> dict[str, Any]:
+        """The values of ``form_fields`` that show this schedule on the form."""
+        return {}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> ScheduleKind:
+        """This kind's schedule from the form's cleaned ``data`` (only ``form_fields`` read);
+        ``stored`` is the job's current schedule. Raises Django's ``ValidationError`` keyed by
+        the form field at fault."""
         raise NotImplementedError
 
     def row(self) -> Row:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache, lru_cache
@@ -27,6 +27,7 @@ from typing import Any
 from celery.schedules import ParseException, crontab_parser
 from cron_descriptor import ExpressionDescriptor, get_description
 from croniter import CroniterBadDateError, CroniterError, croniter
+from django.core.exceptions import ValidationError
 
 from jobs.schedule import cron, solar
 from jobs.schedule.kind import Row, ScheduleKind, SlotWindow, register
@@ -61,6 +62,9 @@ MAX_TIMEZONE_LENGTH = 63
 _TIMEZONE_NAME = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*\Z")
 # Where an interval's slots are anchored when its entry has no start time.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# django-celery-beat keeps the interval in a 32-bit integer column; a longer one would fail in the
+# database instead of on the form.
+_MAX_INTERVAL_SECONDS = 2**31 - 1
 # django-celery-beat's IntervalSchedule periods (its PERIOD_CHOICES), in seconds.
 _PERIOD_SECONDS = {
     "days": 86400, "hours": 3600, "minutes": 60, "seconds": 1, "microseconds": 1e-6,
@@ -72,6 +76,7 @@ class Every(ScheduleKind):
     """Every ``seconds``, on slots anchored at ``anchor`` (the Unix epoch when unset)."""
 
     phase_of_its_own = True
+    form_choice, form_label, form_fields = "interval", "interval", ("every",)
     seconds: int
     anchor: datetime | None = None
 
@@ -108,6 +113,27 @@ class Every(ScheduleKind):
     def describe(self) -> str:
         return f"every {_describe_seconds(self.seconds)}"
 
+    def form_initial(self) -> dict[str, Any]:
+        return {"every": format_duration(self.seconds)}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> Every:
+        text = data.get("every") or ""
+        if not text.strip():
+            raise ValidationError({"every": "Give the interval, e.g. 10s, 5m or 1h30m."})
+        try:
+            every: Every | None = parse_interval(text)
+        except ValueError as exc:
+            raise ValidationError({"every": str(exc)}) from None
+        except OverflowError:  # more than a timedelta holds
+            every = None
+        if every is None or every.seconds > _MAX_INTERVAL_SECONDS:
+            raise ValidationError({"every": f"{text!r}: the longest interval is 68 years."})
+        # Keep the stored anchor when the interval is unchanged: moving it would shift every slot.
+        if isinstance(stored, Every) and stored.seconds == every.seconds:
+            return stored
+        return every
+
     def row(self) -> Row:
         return Row(
             "interval",
@@ -133,6 +159,7 @@ class Cron(ScheduleKind):
     """A five-field cron expression evaluated in the IANA time zone ``tz``, meaning what Celery's
     crontab means (``canonical_cron``); ``expr`` is kept as typed."""
 
+    form_choice, form_label, form_fields = "cron", "cron", ("cron", "timezone")
     expr: str
     tz: str = "UTC"
 
@@ -157,6 +184,28 @@ class Cron(ScheduleKind):
     def describe(self) -> str:
         words, days_note = _cron_in_words(self.expr)
         return f"{words} ({self.tz}){days_note}"
+
+    def form_initial(self) -> dict[str, Any]:
+        return {"cron": self.expr, "timezone": self.tz}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> Cron:
+        expr, tz = data.get("cron") or "", data.get("timezone") or "UTC"
+        if not expr.strip():
+            raise ValidationError({"cron": "Give a cron expression, e.g. 30 2 * * *."})
+        errors: dict[str, str] = {}
+        try:
+            validate_timezone(tz)
+        except ValueError as exc:
+            errors["timezone"] = str(exc)
+            tz = "UTC"  # the expression is still checked, so both mistakes show at once
+        try:
+            expr = validate_cron(expr, tz)
+        except ValueError as exc:
+            errors["cron"] = str(exc)
+        if errors:
+            raise ValidationError(errors)
+        return cls(expr=expr, tz=tz)
 
     def row(self) -> Row:
         minute, hour, day_of_month, month_of_year, day_of_week = self.fields
@@ -186,6 +235,7 @@ class At(ScheduleKind):
     """Once, at ``when`` (timezone-aware)."""
 
     once = True
+    form_choice, form_label, form_fields = "one_off", "one-off", ("run_at",)
     when: datetime
 
     def __post_init__(self) -> None:
@@ -208,6 +258,16 @@ class At(ScheduleKind):
 
     def describe(self) -> str:
         return f"once at {self.when.astimezone(UTC).isoformat()}"
+
+    def form_initial(self) -> dict[str, Any]:
+        return {"run_at": self.when}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> At:
+        when = data.get("run_at")
+        if when is None:
+            raise ValidationError({"run_at": "Give the date and time of the run."})
+        return cls(when=when)
 
     def row(self) -> Row:
         # Its own row: a clocked row is the one-off's, deleted with it.
@@ -235,6 +295,8 @@ class Solar(ScheduleKind):
     """Once a day at a solar ``event`` (sunrise, sunset, ...) seen from ``latitude`` /
     ``longitude``: django-celery-beat's SolarSchedule, carried over by adoption."""
 
+    form_choice, form_label = "solar", "solar (kept as its entry says)"
+    offered_when_new = False  # an adopted SolarSchedule's, kept as it is
     event: str
     latitude: float
     longitude: float
@@ -258,6 +320,12 @@ class Solar(ScheduleKind):
     def describe(self) -> str:
         event = self.event.replace("_", " ")
         return f"daily at {event} ({self.latitude:g}, {self.longitude:g})"
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> Solar:
+        if not isinstance(stored, Solar):  # the choice is offered only to a solar job
+            raise ValidationError({"schedule_type": "Only a solar job keeps a solar schedule."})
+        return stored
 
     def row(self) -> Row:
         return Row(
