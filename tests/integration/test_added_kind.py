@@ -5,7 +5,7 @@ the beat's tick fires. Nothing of ``jobs/`` knows it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import UTC, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 import redis
@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from jobs.beat import entries
 from jobs.beat.scheduler import ClusterScheduler
+from jobs.forms import JobForm
 from jobs.models import Job, JobRun
 from jobs.schedule.kinds import Every, describe
 from jobs.schedule.slots import latest_slot, next_slot, slots_in
@@ -71,3 +72,15 @@ def test_the_beat_s_tick_fires_its_slots(
     fired = sorted(JobRun.objects.filter(job=job).values_list("scheduled_for", flat=True))
     assert fired == [first, first + timedelta(days=2)]
     assert redis_broker.llen(QUEUE) == 2
+
+
+def test_the_admin_form_offers_shows_and_reads_it(make_job: Callable[..., Job]) -> None:
+    schedule = DaysAt(days=2, at=time(9, 30), since=timezone.now().date())
+    form = JobForm(instance=make_job("days", schedule=schedule))
+    assert ("days_at", "every N days at") in form.fields["schedule_type"].choices  # type: ignore[attr-defined]
+    assert form.initial["schedule_type"] == "days_at"
+    assert form.initial["every"] == "2d"
+    first = datetime.combine(schedule.since, schedule.at, UTC)
+    assert form._parse_schedule("days_at", {"every": "3d", "run_at": first}) == DaysAt(
+        days=3, at=time(9, 30), since=schedule.since
+    )

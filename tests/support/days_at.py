@@ -6,19 +6,23 @@ interval kind does."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
+
+from django.core.exceptions import ValidationError
 
 from jobs.schedule.kind import Row, ScheduleKind, register, unregister
 
 
 @dataclass(frozen=True)
 class DaysAt(ScheduleKind):
-    """Every ``days`` days at ``at`` (UTC), from the day ``since``."""
+    """Every ``days`` days at ``at`` (UTC), from the day ``since``. On the admin form: the
+    interval's box in whole days ("2d") and the one-off's date and time (the first slot)."""
 
+    form_choice, form_label, form_fields = "days_at", "every N days at", ("every", "run_at")
     days: int
     at: time
     since: date
@@ -42,6 +46,19 @@ class DaysAt(ScheduleKind):
 
     def describe(self) -> str:
         return f"every {self.days} days at {self.at:%H:%M} (UTC), from {self.since.isoformat()}"
+
+    def form_initial(self) -> dict[str, Any]:
+        return {"every": f"{self.days}d", "run_at": self._first}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> DaysAt:
+        every, first = (data.get("every") or "").strip(), data.get("run_at")
+        if not every.endswith("d") or not every[:-1].isdigit():
+            raise ValidationError({"every": "Give a whole number of days, e.g. 2d."})
+        if first is None:
+            raise ValidationError({"run_at": "Give the first run's date and time."})
+        first = first.astimezone(UTC)
+        return cls(days=int(every[:-1]), at=first.time(), since=first.date())
 
     def row(self) -> Row:
         return Row(
