@@ -69,6 +69,10 @@ class ScheduleKind:
     form_label: ClassVar[str]
     form_fields: ClassVar[tuple[str, ...]] = ()
     offered_when_new: ClassVar[bool] = True
+    # ``jobs add``'s option (and the API's field, by the same name) that gives this kind, if
+    # any, and whether ``tz`` goes with it (jobs.services.schedule_from).
+    option: ClassVar[str | None] = None
+    option_takes_tz: ClassVar[bool] = False
 
     def latest_slot(self, now: datetime) -> datetime | None:
         """The newest slot at or before ``now`` (UTC), or ``None`` if the schedule has not
@@ -102,6 +106,13 @@ class ScheduleKind:
         """This kind's schedule from the form's cleaned ``data`` (only ``form_fields`` read);
         ``stored`` is the job's current schedule. Raises Django's ``ValidationError`` keyed by
         the form field at fault."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_option(cls, value: Any, tz: str | None) -> ScheduleKind:
+        """This kind's schedule from its option's ``value``, parsed (e.g. a datetime) or as
+        typed (JSON), with ``tz`` if it takes one. ``TypeError`` or ``ValueError`` become a
+        message on the option."""
         raise NotImplementedError
 
     def row(self) -> Row:

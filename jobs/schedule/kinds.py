@@ -77,6 +77,7 @@ class Every(ScheduleKind):
 
     phase_of_its_own = True
     form_choice, form_label, form_fields = "interval", "interval", ("every",)
+    option = "every"
     seconds: int
     anchor: datetime | None = None
 
@@ -134,6 +135,14 @@ class Every(ScheduleKind):
             return stored
         return every
 
+    @classmethod
+    def from_option(cls, value: Any, tz: str | None) -> Every:
+        if isinstance(value, Every):
+            return value
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise TypeError('must be a duration such as "10s" or "1h30m", or a number of seconds')
+        return parse_interval(value)
+
     def row(self) -> Row:
         return Row(
             "interval",
@@ -160,6 +169,7 @@ class Cron(ScheduleKind):
     crontab means (``canonical_cron``); ``expr`` is kept as typed."""
 
     form_choice, form_label, form_fields = "cron", "cron", ("cron", "timezone")
+    option, option_takes_tz = "cron", True
     expr: str
     tz: str = "UTC"
 
@@ -207,6 +217,12 @@ class Cron(ScheduleKind):
             raise ValidationError(errors)
         return cls(expr=expr, tz=tz)
 
+    @classmethod
+    def from_option(cls, value: Any, tz: str | None) -> Cron:
+        if not isinstance(value, str):
+            raise TypeError('must be five cron fields as a string, e.g. "0 3 * * *"')
+        return cls(expr=value, tz=tz or "UTC")
+
     def row(self) -> Row:
         minute, hour, day_of_month, month_of_year, day_of_week = self.fields
         return Row(
@@ -236,6 +252,7 @@ class At(ScheduleKind):
 
     once = True
     form_choice, form_label, form_fields = "one_off", "one-off", ("run_at",)
+    option = "at"
     when: datetime
 
     def __post_init__(self) -> None:
@@ -268,6 +285,14 @@ class At(ScheduleKind):
         if when is None:
             raise ValidationError({"run_at": "Give the date and time of the run."})
         return cls(when=when)
+
+    @classmethod
+    def from_option(cls, value: Any, tz: str | None) -> At:
+        if isinstance(value, datetime):
+            return cls(when=value)
+        if not isinstance(value, str):
+            raise TypeError("must be an ISO 8601 time, e.g. 2030-01-01T09:00:00Z")
+        return parse_instant(value)
 
     def row(self) -> Row:
         # Its own row: a clocked row is the one-off's, deleted with it.
