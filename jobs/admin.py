@@ -51,7 +51,13 @@ from jobs.beat import switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import NotTriggerable
-from jobs.forms import FIELDS_BY_SCHEDULE_TYPE, BackfillForm, JobForm, RunWithArgumentsForm
+from jobs.forms import (
+    FIELDS_BY_SCHEDULE_TYPE,
+    SCHEDULE_FIELDS,
+    BackfillForm,
+    JobForm,
+    RunWithArgumentsForm,
+)
 from jobs.large_tables import EstimatedCountPaginator
 from jobs.models import (
     JOB_DISPLAY_RELATED,
@@ -320,7 +326,7 @@ class JobAdmin(admin.ModelAdmin):
             (None, {"fields": ["name", "task", "enabled"]}),
             (
                 "Schedule",
-                {"fields": ["schedule_type", "every", "cron", "timezone", "run_at", "after"]},
+                {"fields": [*SCHEDULE_FIELDS, "after"]},
             ),
             ("Arguments", {"fields": ["args", "kwargs"]}),
             ("Policies", {"classes": ["collapse"], "fields": list(POLICY_FIELDS)}),

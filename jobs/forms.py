@@ -7,7 +7,6 @@ django-celery-beat entry, so the admin and the CLI cannot drift apart.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, ClassVar
 
 from django import forms
@@ -21,48 +20,47 @@ from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.models import Job, JobKind
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import (
-    At,
-    Cron,
-    Definition,
-    Every,
-    Schedule,
-    Solar,
-    Triggered,
-    format_duration,
-    parse_interval,
-    validate_cron,
-    validate_timezone,
-)
-
-SCHEDULE_FIELDS = ("schedule_type", "every", "cron", "timezone", "run_at")
-
-# django-celery-beat keeps the interval in a 32-bit integer column; a longer one would fail
-# in the database instead of on the form.
-_MAX_INTERVAL_SECONDS = 2**31 - 1
+from jobs.schedule import kind
+from jobs.schedule.kinds import Definition, Schedule, Triggered
 
 
 class ScheduleType(models.TextChoices):
-    INTERVAL = "interval", "interval"
-    CRON = "cron", "cron"
-    ONE_OFF = "one_off", "one-off"
+    """The schedule types a job defined without a schedule has; a schedule's own are its kind's
+    ``form_choice`` (jobs.schedule.kind), e.g. ``interval``."""
+
+    INTERVAL = "interval", "interval"  # the add page's default
     CONTINUOUS = "continuous", "continuous (always running on one node)"
     TRIGGERED = "triggered", "none: only after its upstreams (or run now, the API)"
-    # Only for a job whose entry already has one (an adopted SolarSchedule), kept as it is.
-    SOLAR = "solar", "solar (kept as its entry says)"
 
+
+def _kinds_by_choice() -> dict[str, type[Schedule]]:
+    return {schedule_kind.form_choice: schedule_kind for schedule_kind in kind.registered()}
+
+
+SCHEDULE_FIELDS = (
+    "schedule_type",
+    *dict.fromkeys(name for k in kind.registered() for name in k.form_fields),
+)
 
 # The form fields each kind of schedule reads; the page shows only the chosen kind's
 # (jobs/templates/admin/jobs/job/change_form.html). Every kind but continuous may run after
 # other jobs: a continuous one always runs (jobs.dependencies).
 FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
-    ScheduleType.INTERVAL: ("every", "after"),
-    ScheduleType.CRON: ("cron", "timezone", "after"),
-    ScheduleType.ONE_OFF: ("run_at", "after"),
+    **{choice: (*k.form_fields, "after") for choice, k in _kinds_by_choice().items()},
     ScheduleType.CONTINUOUS: (),
     ScheduleType.TRIGGERED: ("after",),
-    ScheduleType.SOLAR: ("after",),
 }
+
+
+def _schedule_choices(stored: Schedule | None) -> list[tuple[str, str]]:
+    """The kinds a new job may have, continuous and triggered, then the stored schedule's kind
+    if it is one a new job may not choose (an adopted solar schedule, kept as it is)."""
+    kinds = kind.registered()
+    choices = [(k.form_choice, k.form_label) for k in kinds if k.offered_when_new]
+    choices += [(t.value, str(t.label)) for t in (ScheduleType.CONTINUOUS, ScheduleType.TRIGGERED)]
+    if stored is not None and not stored.offered_when_new:
+        choices.append((stored.form_choice, stored.form_label))
+    return choices
 
 
 class ArgumentsField(forms.JSONField):
@@ -128,7 +126,7 @@ class JobForm(forms.ModelForm):
     )
     schedule_type = forms.ChoiceField(
         label="Schedule",
-        choices=ScheduleType.choices,
+        choices=_schedule_choices(None),
         widget=AdminRadioSelect(attrs={"class": "radiolist inline"}),
     )
     every = forms.CharField(
@@ -187,12 +185,9 @@ class JobForm(forms.ModelForm):
         task_field.choices = _task_choices(self.instance.task)
         assert isinstance(task_field.widget, TaskSelect)
         task_field.widget.summaries = {spec.name: spec.summary for spec in registry.all_specs()}
-        if not isinstance(self.stored_schedule, Solar):
-            schedule_field = self.fields["schedule_type"]
-            assert isinstance(schedule_field, forms.ChoiceField)
-            schedule_field.choices = [
-                choice for choice in ScheduleType.choices if choice[0] != ScheduleType.SOLAR
-            ]
+        schedule_field = self.fields["schedule_type"]
+        assert isinstance(schedule_field, forms.ChoiceField)
+        schedule_field.choices = _schedule_choices(self.stored_schedule)
         for name, value in _schedule_initial(self.instance, self.stored_schedule).items():
             self.initial.setdefault(name, value)
 
@@ -225,43 +220,19 @@ class JobForm(forms.ModelForm):
         # A value its own field already rejected gets no second message here.
         if schedule_type and not any(name in self.errors for name in SCHEDULE_FIELDS):
             try:
-                self.schedule = self._parse_schedule(ScheduleType(schedule_type), cleaned)
+                self.schedule = self._parse_schedule(schedule_type, cleaned)
             except ValidationError as exc:
                 self.add_error(None, exc)
         return cleaned
 
-    def _parse_schedule(
-        self, schedule_type: ScheduleType, data: dict[str, Any]
-    ) -> Definition | None:
-        """Only the fields of the chosen type are read; the others may hold anything."""
-        if schedule_type == ScheduleType.INTERVAL:
-            return self._interval(data.get("every") or "")
-        if schedule_type == ScheduleType.CRON:
-            return _cron(data.get("cron") or "", data.get("timezone") or "UTC")
-        if schedule_type == ScheduleType.ONE_OFF:
-            return _one_off(data.get("run_at"))
-        if schedule_type == ScheduleType.SOLAR:
-            return self.stored_schedule
+    def _parse_schedule(self, schedule_type: str, data: dict[str, Any]) -> Definition | None:
+        """Only the fields of the chosen type are read (by its kind); the others may hold
+        anything."""
         if schedule_type == ScheduleType.TRIGGERED:
             return Triggered()
-        return None
-
-    def _interval(self, text: str) -> Every:
-        if not text.strip():
-            raise ValidationError({"every": "Give the interval, e.g. 10s, 5m or 1h30m."})
-        try:
-            every: Every | None = parse_interval(text)
-        except ValueError as exc:
-            raise ValidationError({"every": str(exc)}) from None
-        except OverflowError:  # more than a timedelta holds
-            every = None
-        if every is None or every.seconds > _MAX_INTERVAL_SECONDS:
-            raise ValidationError({"every": f"{text!r}: the longest interval is 68 years."})
-        # Keep the stored anchor when the interval is unchanged: moving it would shift every slot.
-        stored = self.stored_schedule
-        if isinstance(stored, Every) and stored.seconds == every.seconds:
-            return stored
-        return every
+        if schedule_type == ScheduleType.CONTINUOUS:
+            return None
+        return _kinds_by_choice()[schedule_type].from_form(data, self.stored_schedule)
 
     def full_clean(self) -> None:
         # Field and model validation first (they name the field of each problem), then the
@@ -318,30 +289,6 @@ class JobForm(forms.ModelForm):
         return None  # NON_FIELD_ERRORS, or a model field the page does not show
 
 
-def _cron(expr: str, tz: str) -> Cron:
-    if not expr.strip():
-        raise ValidationError({"cron": "Give a cron expression, e.g. 30 2 * * *."})
-    errors: dict[str, str] = {}
-    try:
-        validate_timezone(tz)
-    except ValueError as exc:
-        errors["timezone"] = str(exc)
-        tz = "UTC"  # the expression is still checked, so both mistakes show at once
-    try:
-        expr = validate_cron(expr, tz)
-    except ValueError as exc:
-        errors["cron"] = str(exc)
-    if errors:
-        raise ValidationError(errors)
-    return Cron(expr=expr, tz=tz)
-
-
-def _one_off(when: datetime | None) -> At:
-    if when is None:
-        raise ValidationError({"run_at": "Give the date and time of the run."})
-    return At(when=when)
-
-
 def _stored_schedule(job: Job) -> Schedule | None:
     if job.pk is None:
         return None
@@ -355,14 +302,8 @@ def _schedule_initial(job: Job, schedule: Schedule | None) -> dict[str, Any]:
     """The schedule fields pre-filled from the job's beat entry (defaults on the add page)."""
     if job.pk is None:
         return {"schedule_type": ScheduleType.INTERVAL}
-    if isinstance(schedule, Every):
-        return {"schedule_type": ScheduleType.INTERVAL, "every": format_duration(schedule.seconds)}
-    if isinstance(schedule, Cron):
-        return {"schedule_type": ScheduleType.CRON, "cron": schedule.expr, "timezone": schedule.tz}
-    if isinstance(schedule, At):
-        return {"schedule_type": ScheduleType.ONE_OFF, "run_at": schedule.when}
-    if isinstance(schedule, Solar):
-        return {"schedule_type": ScheduleType.SOLAR}
+    if schedule is not None:
+        return {"schedule_type": schedule.form_choice, **schedule.form_initial()}
     if job.kind == JobKind.CONTINUOUS:
         return {"schedule_type": ScheduleType.CONTINUOUS}
     if job.kind == JobKind.TRIGGERED:

@@ -36,17 +36,8 @@ from jobs.models import (
     Trigger,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.schedule.kinds import (
-    At,
-    Cron,
-    Definition,
-    Every,
-    Schedule,
-    Triggered,
-    parse_instant,
-    parse_interval,
-    validate_timezone,
-)
+from jobs.schedule import kind
+from jobs.schedule.kinds import At, Definition, Schedule, Triggered, validate_timezone
 from jobs.upkeep import retention
 
 
@@ -66,8 +57,13 @@ class JobDefinition:
 
 
 # The options of `jobs add` that give a job's schedule, by the names POST /api/jobs (and PATCH)
-# use too: one of each but ``tz``, which goes with ``cron``.
-SCHEDULE_CHOICES = ("every", "cron", "at", "continuous", "triggered")
+# use too: each kind's (jobs.schedule.kind) that has one, continuous and triggered; one of each
+# but ``tz``, which goes with the kinds that take one (cron).
+SCHEDULE_CHOICES = (
+    *[k.option for k in kind.registered() if k.option is not None],
+    "continuous",
+    "triggered",
+)
 SCHEDULE_FIELDS = (*SCHEDULE_CHOICES, "tz")
 # The other options of `jobs add`, by the same names (``paused``: add it paused).
 DEFINITION_FIELDS = ("name", "task", *SCHEDULE_FIELDS, "after", "args", "kwargs", "paused")
@@ -79,17 +75,19 @@ def schedule_from(values: Mapping[str, Any]) -> Definition | None:
     ISO 8601 instant), ``continuous`` or ``triggered`` (true). ``None`` means continuous.
     Raises ``ValidationError`` keyed by option name; the CLI and the API both read it here."""
     # False is a flag left out (0, which equals False, an interval given and refused).
-    given = [name for name in SCHEDULE_CHOICES if _given(values.get(name))]
+    readers = _schedule_readers()
+    given = [name for name in readers if _given(values.get(name))]
     tz = values.get("tz")
-    if tz is not None and "cron" not in given:
+    takes_tz = {k.option for k in kind.registered() if k.option_takes_tz}
+    if tz is not None and not takes_tz.intersection(given):
         raise ValidationError({"tz": ["Only applies to a cron schedule."]})
     if len(given) != 1:
-        problem = f"Give exactly one schedule: {', '.join(SCHEDULE_CHOICES)}."
+        problem = f"Give exactly one schedule: {', '.join(readers)}."
         raise ValidationError({name: [problem] for name in given} or problem)
     if tz is not None:
         _read("tz", tz, _tz)
     choice = given[0]
-    return _read(choice, values[choice], lambda value: _SCHEDULE_READERS[choice](value, tz))
+    return _read(choice, values[choice], lambda value: readers[choice](value, tz))
 
 
 def _given(value: Any) -> bool:
@@ -109,28 +107,6 @@ def _tz(value: Any) -> None:
     validate_timezone(value)
 
 
-def _every(value: Any, tz: Any) -> Every:
-    if isinstance(value, Every):
-        return value
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise TypeError('must be a duration such as "10s" or "1h30m", or a number of seconds')
-    return parse_interval(value)
-
-
-def _cron(value: Any, tz: Any) -> Cron:
-    if not isinstance(value, str):
-        raise TypeError('must be five cron fields as a string, e.g. "0 3 * * *"')
-    return Cron(expr=value, tz=tz or "UTC")
-
-
-def _at(value: Any, tz: Any) -> At:
-    if isinstance(value, datetime):
-        return At(when=value)
-    if not isinstance(value, str):
-        raise TypeError("must be an ISO 8601 time, e.g. 2030-01-01T09:00:00Z")
-    return parse_instant(value)
-
-
 def _flag(made: Definition | None) -> Callable[[Any, Any], Definition | None]:
     def read(value: Any, tz: Any) -> Definition | None:
         if value is not True:
@@ -140,13 +116,13 @@ def _flag(made: Definition | None) -> Callable[[Any, Any], Definition | None]:
     return read
 
 
-_SCHEDULE_READERS: dict[str, Callable[[Any, Any], Definition | None]] = {
-    "every": _every,
-    "cron": _cron,
-    "at": _at,
-    "continuous": _flag(None),
-    "triggered": _flag(Triggered()),
-}
+def _schedule_readers() -> dict[str, Callable[[Any, Any], Definition | None]]:
+    """Each schedule option's reader, in ``SCHEDULE_CHOICES``' order: the registered kinds'
+    (read when asked, so a kind registered later has its option), continuous and triggered."""
+    readers: dict[str, Callable[[Any, Any], Definition | None]] = {
+        k.option: k.from_option for k in kind.registered() if k.option is not None
+    }
+    return {**readers, "continuous": _flag(None), "triggered": _flag(Triggered())}
 
 
 def definition_from(values: Mapping[str, Any]) -> JobDefinition:

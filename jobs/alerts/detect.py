@@ -28,7 +28,7 @@ from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.models import BeatHeartbeat, Blackout, Incident, IncidentKind, Job, JobKind, Node
 from jobs.schedule import calendars
-from jobs.schedule.kinds import At, Schedule
+from jobs.schedule.kinds import Schedule
 from jobs.schedule.slots import latest_slot, period_after, slots_in
 
 log = logging.getLogger(__name__)
@@ -175,15 +175,17 @@ SELECT t.job_id FROM unnest(%s::bigint[], %s::timestamptz[]) AS t(job_id, since)
 """
 
 
-def expected_window(schedule: object, start_deadline: int, now: datetime) -> timedelta | None:
+def expected_window(
+    schedule: Schedule | None, start_deadline: int, now: datetime
+) -> timedelta | None:
     """How long a job may go without a successful run: ``OVERDUE_PERIODS`` periods of its
     schedule plus its start deadline; ``None`` for a one-off or a schedule with no next slot."""
-    if schedule is None or isinstance(schedule, At):
+    if schedule is None or schedule.once:
         return None
-    slot = latest_slot(schedule, now)  # type: ignore[arg-type]
+    slot = latest_slot(schedule, now)
     if slot is None:
         return None
-    period = period_after(schedule, slot)  # type: ignore[arg-type]
+    period = period_after(schedule, slot)
     if period is None:
         return None
     return OVERDUE_PERIODS * period + timedelta(seconds=start_deadline)

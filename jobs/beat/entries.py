@@ -11,27 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC
 from typing import Any
 
-from django_celery_beat.models import (
-    ClockedSchedule,
-    CrontabSchedule,
-    IntervalSchedule,
-    PeriodicTask,
-    SolarSchedule,
-)
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from jobs.models import Job
-from jobs.schedule.kinds import At, Cron, Every, Schedule, Solar
-
-_PERIOD_SECONDS = {
-    IntervalSchedule.DAYS: 86400,
-    IntervalSchedule.HOURS: 3600,
-    IntervalSchedule.MINUTES: 60,
-    IntervalSchedule.SECONDS: 1,
-    IntervalSchedule.MICROSECONDS: 1e-6,
-}
+from jobs.schedule import kind
+from jobs.schedule.kinds import Schedule
 
 
 def read_time_zones_leniently() -> None:
@@ -68,24 +54,7 @@ def schedule_of(task: PeriodicTask | None) -> Schedule | None:
     """The schedule a beat entry carries; ``None`` for a continuous job (no entry)."""
     if task is None:
         return None
-    if task.interval is not None:
-        period = _PERIOD_SECONDS.get(task.interval.period)
-        if period is None:
-            raise ValueError(f"the interval's period {task.interval.period!r} is not a known unit")
-        seconds = int(task.interval.every * period)
-        if seconds < 1:
-            raise ValueError(f"an interval of {task.interval} is shorter than one second")
-        return Every(seconds=seconds, anchor=task.start_time)
-    if task.crontab is not None:
-        c = task.crontab
-        expr = f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}"
-        return Cron(expr=expr, tz=str(c.timezone))
-    if task.clocked is not None:
-        return At(when=task.clocked.clocked_time)
-    if task.solar is not None:
-        sun = task.solar
-        return Solar(event=sun.event, latitude=float(sun.latitude), longitude=float(sun.longitude))
-    raise ValueError(f"beat entry {task.name!r} has no schedule")
+    return kind.from_row(task)  # each kind reads its own rows
 
 
 def store(job: Job, schedule: Schedule) -> PeriodicTask:
@@ -95,28 +64,14 @@ def store(job: Job, schedule: Schedule) -> PeriodicTask:
     task.interval = task.crontab = task.clocked = task.solar = None
     task.one_off = False
     task.start_time = None
-    if isinstance(schedule, Every):
-        task.interval, _ = IntervalSchedule.objects.get_or_create(
-            every=schedule.seconds, period=IntervalSchedule.SECONDS
-        )
-        task.start_time = schedule.anchor
-    elif isinstance(schedule, Cron):
-        minute, hour, day_of_month, month_of_year, day_of_week = schedule.fields
-        task.crontab, _ = CrontabSchedule.objects.get_or_create(
-            minute=minute,
-            hour=hour,
-            day_of_month=day_of_month,
-            month_of_year=month_of_year,
-            day_of_week=day_of_week,
-            timezone=schedule.tz,
-        )
-    elif isinstance(schedule, Solar):
-        task.solar, _ = SolarSchedule.objects.get_or_create(
-            event=schedule.event, latitude=schedule.latitude, longitude=schedule.longitude
-        )
-    else:
-        task.clocked = ClockedSchedule.objects.create(clocked_time=schedule.when.astimezone(UTC))
-        task.one_off = True
+    row = schedule.row()  # the kind says which row carries it
+    model = PeriodicTask._meta.get_field(row.field).related_model
+    assert model is not None and not isinstance(model, str)
+    manager = model._default_manager
+    carrier = manager.get_or_create(**row.values)[0] if row.shared else manager.create(**row.values)
+    setattr(task, row.field, carrier)
+    for name, value in row.task_values.items():
+        setattr(task, name, value)
     _copy_job_fields(job, task)
     return task
 

@@ -50,7 +50,7 @@ from jobs.dispatch import Publishing, is_burst, publishing
 from jobs.guard import reconnect, run_records
 from jobs.models import Job, RunStatus, job_from_columns
 from jobs.schedule import calendars, catchup, slots
-from jobs.schedule.kinds import At, Schedule
+from jobs.schedule.kinds import Schedule
 from jobs.upkeep.maintenance import MaintenanceLoop
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ CHANGE_BATCH = 5_000
 # Slots inserted (and then published) per statement when many are due at once.
 PUBLISH_CHUNK = 500
 _BEGINNING = datetime.min.replace(tzinfo=UTC)
+_END = datetime.max.replace(tzinfo=UTC)
 
 # The job columns a beat keeps: what publishing a run reads, and the catch-up inputs, in the
 # model's field order (``Job.from_db`` builds the job from them without a query). The schedule
@@ -513,7 +514,7 @@ class ClusterScheduler(Scheduler):
             entry = _Entry(row, schedule, None, next(self._generations))
             self._entries[entry.job_id] = entry
             last = newest.get(entry.job_id)
-            if isinstance(schedule, At):
+            if schedule.once:
                 after = last or _BEGINNING  # a one-off is owed once, whenever it was edited
             else:
                 # Slots before the job's last edit (creation, resume, new schedule) are not
@@ -685,6 +686,6 @@ def _first_due(schedule: Schedule, edited: datetime, now: datetime) -> datetime 
     """The first slot of a job this beat just learnt about (added, resumed, rescheduled): the
     first one after the edit, even if this beat hears of the edit a moment later. A one-off's
     single slot is due whenever it is (past its deadline, the behind path records it missed)."""
-    if isinstance(schedule, At):
-        return schedule.when.astimezone(UTC)
+    if schedule.once:
+        return slots.latest_slot(schedule, _END)  # its single slot, whenever it is
     return slots.next_slot(schedule, min(edited, now))

@@ -20,7 +20,7 @@ from django_celery_beat.models import PeriodicTask
 from jobs.beat import adoption, configured, entries
 from jobs.models import Job
 from jobs.schedule import slots
-from jobs.schedule.kinds import Every, Schedule, describe
+from jobs.schedule.kinds import Schedule, describe
 
 CONFIGURATION = "celery configuration"
 ROW = "django-celery-beat row"
@@ -135,7 +135,7 @@ def _describe(line: Line, row: PeriodicTask, celery_schedule: Any, now: datetime
     line.celery_next = _celery_next(celery_schedule, now, n)
     # An interval's phase is said by the entry's notes (configured); others must agree.
     shared = min(len(line.celery_next), len(line.our_next))
-    if not isinstance(ours, Every) and line.celery_next[:shared] != line.our_next[:shared]:
+    if not ours.phase_of_its_own and line.celery_next[:shared] != line.our_next[:shared]:
         line.changes.append("the next slots differ: see both lists")
 
 

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import holidays
 from django.conf import settings
 
-from jobs.schedule.kinds import Cron, Schedule
+from jobs.schedule.kinds import Schedule
 
 # ISO 3166-1 alpha-2 country, optionally an ISO 3166-2 subdivision: US, DE-BY, GB-ENG.
 _CALENDAR_CODE = re.compile(r"^([A-Z]{2})(?:-([A-Z0-9]{1,4}))?\Z")
@@ -59,7 +59,7 @@ def _names_language(calendar: holidays.HolidayBase) -> str | None:
 
 def time_zone_of(schedule: Schedule) -> str:
     """The zone a job's days are judged in: its crontab's, else the project's ``TIME_ZONE``."""
-    return schedule.tz if isinstance(schedule, Cron) else str(settings.TIME_ZONE)
+    return schedule.time_zone or str(settings.TIME_ZONE)
 
 
 def skip_reason(

@@ -1,9 +1,11 @@
-"""Schedule values and the parsing/validation of what people type for them.
+"""The built-in schedule kinds, and the parsing/validation of what people type for them.
 
 A schedule is a small frozen value: ``Every`` (an anchored interval), ``Cron`` (a five-field cron
 expression in a time zone), ``At`` (one instant) or ``Solar`` (a daily solar event at a place).
-Parsing errors are ``ValueError`` with a message meant for a human; the edges attach it to the
-field that was typed.
+Each is a ``jobs.schedule.kind.ScheduleKind``: it carries its slots, its words and its
+django-celery-beat row, and is registered once, at the end of this module. Parsing errors
+are ``ValueError`` with a message meant for a human; the edges attach it to the field that was
+typed.
 
 A cron expression means what Celery's ``crontab`` means (the rows are django-celery-beat's
 crontabs): each field is read by Celery's own parser, and a minute is a slot when *every* field
@@ -16,14 +18,19 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache, lru_cache
+from typing import Any
 
 from celery.schedules import ParseException, crontab_parser
 from cron_descriptor import ExpressionDescriptor, get_description
 from croniter import CroniterBadDateError, CroniterError, croniter
+from django.core.exceptions import ValidationError
+
+from jobs.schedule import cron, solar
+from jobs.schedule.kind import Row, ScheduleKind, SlotWindow, register
 
 _DURATION_PART = re.compile(r"(\d+)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
 # django-celery-beat stores intervals in a 32-bit integer; ten years is plenty for a schedule.
@@ -53,12 +60,24 @@ CRON_HORIZON_YEARS = 5
 # (63: the CrontabSchedule column). No dot, so no "..", and no NUL reaches zoneinfo or the database.
 MAX_TIMEZONE_LENGTH = 63
 _TIMEZONE_NAME = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*\Z")
+# Where an interval's slots are anchored when its entry has no start time.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# django-celery-beat keeps the interval in a 32-bit integer column; a longer one would fail in the
+# database instead of on the form.
+_MAX_INTERVAL_SECONDS = 2**31 - 1
+# django-celery-beat's IntervalSchedule periods (its PERIOD_CHOICES), in seconds.
+_PERIOD_SECONDS = {
+    "days": 86400, "hours": 3600, "minutes": 60, "seconds": 1, "microseconds": 1e-6,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
-class Every:
+class Every(ScheduleKind):
     """Every ``seconds``, on slots anchored at ``anchor`` (the Unix epoch when unset)."""
 
+    phase_of_its_own = True
+    form_choice, form_label, form_fields = "interval", "interval", ("every",)
+    option = "every"
     seconds: int
     anchor: datetime | None = None
 
@@ -66,12 +85,91 @@ class Every:
         if self.seconds < 1:
             raise ValueError("the interval must be at least 1 second")
 
+    def latest_slot(self, now: datetime) -> datetime | None:
+        anchor = self.anchor or EPOCH
+        if now < anchor:
+            return None
+        step = timedelta(seconds=self.seconds)
+        return anchor + ((now - anchor) // step) * step
+
+    def next_slot(self, now: datetime) -> datetime | None:
+        anchor = self.anchor or EPOCH
+        if now < anchor:
+            return anchor
+        step = timedelta(seconds=self.seconds)
+        return anchor + ((now - anchor) // step + 1) * step
+
+    def window(self, after: datetime, until: datetime, limit: int) -> SlotWindow:
+        """Counted, not walked: a week of a one-second schedule costs ``limit`` slots."""
+        first, last = self.next_slot(after), self.latest_slot(until)
+        if first is None or last is None or last < first:
+            return SlotWindow([], 0, None, True)
+        step = timedelta(seconds=self.seconds)
+        count = (last - first) // step + 1
+        listed = min(count, limit)
+        slots = [last - step * i for i in range(listed - 1, -1, -1)]
+        omitted = count - listed
+        return SlotWindow(slots, omitted, first if omitted else None, True)
+
+    def describe(self) -> str:
+        return f"every {_describe_seconds(self.seconds)}"
+
+    def form_initial(self) -> dict[str, Any]:
+        return {"every": format_duration(self.seconds)}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> Every:
+        text = data.get("every") or ""
+        if not text.strip():
+            raise ValidationError({"every": "Give the interval, e.g. 10s, 5m or 1h30m."})
+        try:
+            every: Every | None = parse_interval(text)
+        except ValueError as exc:
+            raise ValidationError({"every": str(exc)}) from None
+        except OverflowError:  # more than a timedelta holds
+            every = None
+        if every is None or every.seconds > _MAX_INTERVAL_SECONDS:
+            raise ValidationError({"every": f"{text!r}: the longest interval is 68 years."})
+        # Keep the stored anchor when the interval is unchanged: moving it would shift every slot.
+        if isinstance(stored, Every) and stored.seconds == every.seconds:
+            return stored
+        return every
+
+    @classmethod
+    def from_option(cls, value: Any, tz: str | None) -> Every:
+        if isinstance(value, Every):
+            return value
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise TypeError('must be a duration such as "10s" or "1h30m", or a number of seconds')
+        return parse_interval(value)
+
+    def row(self) -> Row:
+        return Row(
+            "interval",
+            {"every": self.seconds, "period": "seconds"},
+            task_values={"start_time": self.anchor},
+        )
+
+    @classmethod
+    def from_row(cls, task: Any) -> Every | None:
+        if task.interval is None:
+            return None
+        period = _PERIOD_SECONDS.get(task.interval.period)
+        if period is None:
+            raise ValueError(f"the interval's period {task.interval.period!r} is not a known unit")
+        seconds = int(task.interval.every * period)
+        if seconds < 1:
+            raise ValueError(f"an interval of {task.interval} is shorter than one second")
+        return cls(seconds=seconds, anchor=task.start_time)
+
 
 @dataclass(frozen=True)
-class Cron:
+class Cron(ScheduleKind):
     """A five-field cron expression evaluated in the IANA time zone ``tz``, meaning what Celery's
     crontab means (``canonical_cron``); ``expr`` is kept as typed."""
 
+    form_choice, form_label, form_fields = "cron", "cron", ("cron", "timezone")
+    option, option_takes_tz = "cron", True
     expr: str
     tz: str = "UTC"
 
@@ -83,11 +181,78 @@ class Cron:
     def fields(self) -> list[str]:
         return self.expr.split()
 
+    @property
+    def time_zone(self) -> str:
+        return self.tz
+
+    def latest_slot(self, now: datetime) -> datetime | None:
+        return cron.cron_latest(canonical_cron(self.expr), self.tz, now.astimezone(UTC))
+
+    def next_slot(self, now: datetime) -> datetime | None:
+        return cron.cron_next(canonical_cron(self.expr), self.tz, now.astimezone(UTC))
+
+    def describe(self) -> str:
+        words, days_note = _cron_in_words(self.expr)
+        return f"{words} ({self.tz}){days_note}"
+
+    def form_initial(self) -> dict[str, Any]:
+        return {"cron": self.expr, "timezone": self.tz}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> Cron:
+        expr, tz = data.get("cron") or "", data.get("timezone") or "UTC"
+        if not expr.strip():
+            raise ValidationError({"cron": "Give a cron expression, e.g. 30 2 * * *."})
+        errors: dict[str, str] = {}
+        try:
+            validate_timezone(tz)
+        except ValueError as exc:
+            errors["timezone"] = str(exc)
+            tz = "UTC"  # the expression is still checked, so both mistakes show at once
+        try:
+            expr = validate_cron(expr, tz)
+        except ValueError as exc:
+            errors["cron"] = str(exc)
+        if errors:
+            raise ValidationError(errors)
+        return cls(expr=expr, tz=tz)
+
+    @classmethod
+    def from_option(cls, value: Any, tz: str | None) -> Cron:
+        if not isinstance(value, str):
+            raise TypeError('must be five cron fields as a string, e.g. "0 3 * * *"')
+        return cls(expr=value, tz=tz or "UTC")
+
+    def row(self) -> Row:
+        minute, hour, day_of_month, month_of_year, day_of_week = self.fields
+        return Row(
+            "crontab",
+            {
+                "minute": minute,
+                "hour": hour,
+                "day_of_month": day_of_month,
+                "month_of_year": month_of_year,
+                "day_of_week": day_of_week,
+                "timezone": self.tz,
+            },
+        )
+
+    @classmethod
+    def from_row(cls, task: Any) -> Cron | None:
+        c = task.crontab
+        if c is None:
+            return None
+        expr = f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}"
+        return cls(expr=expr, tz=str(c.timezone))
+
 
 @dataclass(frozen=True)
-class At:
+class At(ScheduleKind):
     """Once, at ``when`` (timezone-aware)."""
 
+    once = True
+    form_choice, form_label, form_fields = "one_off", "one-off", ("run_at",)
+    option = "at"
     when: datetime
 
     def __post_init__(self) -> None:
@@ -102,6 +267,46 @@ class At:
                 "years 1 and 9999"
             ) from None
 
+    def latest_slot(self, now: datetime) -> datetime | None:
+        return self.when.astimezone(UTC) if self.when <= now else None
+
+    def next_slot(self, now: datetime) -> datetime | None:
+        return self.when.astimezone(UTC) if self.when > now else None
+
+    def describe(self) -> str:
+        return f"once at {self.when.astimezone(UTC).isoformat()}"
+
+    def form_initial(self) -> dict[str, Any]:
+        return {"run_at": self.when}
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> At:
+        when = data.get("run_at")
+        if when is None:
+            raise ValidationError({"run_at": "Give the date and time of the run."})
+        return cls(when=when)
+
+    @classmethod
+    def from_option(cls, value: Any, tz: str | None) -> At:
+        if isinstance(value, datetime):
+            return cls(when=value)
+        if not isinstance(value, str):
+            raise TypeError("must be an ISO 8601 time, e.g. 2030-01-01T09:00:00Z")
+        return parse_instant(value)
+
+    def row(self) -> Row:
+        # Its own row: a clocked row is the one-off's, deleted with it.
+        return Row(
+            "clocked",
+            {"clocked_time": self.when.astimezone(UTC)},
+            shared=False,
+            task_values={"one_off": True},
+        )
+
+    @classmethod
+    def from_row(cls, task: Any) -> At | None:
+        return None if task.clocked is None else cls(when=task.clocked.clocked_time)
+
 
 # The events of django-celery-beat's SolarSchedule (celery.schedules.solar).
 SOLAR_EVENTS = (
@@ -111,10 +316,12 @@ SOLAR_EVENTS = (
 
 
 @dataclass(frozen=True)
-class Solar:
+class Solar(ScheduleKind):
     """Once a day at a solar ``event`` (sunrise, sunset, ...) seen from ``latitude`` /
     ``longitude``: django-celery-beat's SolarSchedule, carried over by adoption."""
 
+    form_choice, form_label = "solar", "solar (kept as its entry says)"
+    offered_when_new = False  # an adopted SolarSchedule's, kept as it is
     event: str
     latitude: float
     longitude: float
@@ -129,14 +336,47 @@ class Solar:
         if not -180 <= self.longitude <= 180:
             raise ValueError(f"longitude {self.longitude} is not between -180 and 180")
 
+    def latest_slot(self, now: datetime) -> datetime | None:
+        return solar.latest(self, now)
 
-Schedule = Every | Cron | At | Solar
+    def next_slot(self, now: datetime) -> datetime | None:
+        return solar.following(self, now)
+
+    def describe(self) -> str:
+        event = self.event.replace("_", " ")
+        return f"daily at {event} ({self.latitude:g}, {self.longitude:g})"
+
+    @classmethod
+    def from_form(cls, data: Mapping[str, Any], stored: ScheduleKind | None) -> Solar:
+        if not isinstance(stored, Solar):  # the choice is offered only to a solar job
+            raise ValidationError({"schedule_type": "Only a solar job keeps a solar schedule."})
+        return stored
+
+    def row(self) -> Row:
+        return Row(
+            "solar",
+            {"event": self.event, "latitude": self.latitude, "longitude": self.longitude},
+        )
+
+    @classmethod
+    def from_row(cls, task: Any) -> Solar | None:
+        sun = task.solar
+        if sun is None:
+            return None
+        return cls(event=sun.event, latitude=float(sun.latitude), longitude=float(sun.longitude))
+
+
+# Any registered kind (jobs.schedule.kind); the built-in ones are registered at the end.
+Schedule = ScheduleKind
 
 
 @dataclass(frozen=True)
 class Triggered:
     """No slots of its own: the job runs when triggered (its upstreams' successes, run now, the
     API). Its kind is ``triggered``; it has no beat entry."""
+
+    def describe(self) -> str:
+        return "when triggered (after its upstreams, run now, the API)"
 
 
 # What a job is given when it is defined: a schedule, triggered only, or None (continuous).
@@ -371,19 +611,7 @@ def parse_instant(text: str) -> At:
 
 def describe(schedule: Definition | None) -> str:
     """The schedule in words, for the admin and the CLI."""
-    if schedule is None:
-        return "continuous"
-    if isinstance(schedule, Triggered):
-        return "when triggered (after its upstreams, run now, the API)"
-    if isinstance(schedule, Every):
-        return f"every {_describe_seconds(schedule.seconds)}"
-    if isinstance(schedule, Cron):
-        words, days_note = _cron_in_words(schedule.expr)
-        return f"{words} ({schedule.tz}){days_note}"
-    if isinstance(schedule, Solar):
-        event = schedule.event.replace("_", " ")
-        return f"daily at {event} ({schedule.latitude:g}, {schedule.longitude:g})"
-    return f"once at {schedule.when.astimezone(UTC).isoformat()}"
+    return "continuous" if schedule is None else schedule.describe()
 
 
 @lru_cache(maxsize=1024)
@@ -466,3 +694,7 @@ def _describe_seconds(seconds: int) -> str:
             count = seconds // size
             return unit if count == 1 else f"{count} {unit}s"
     return "second" if seconds == 1 else f"{seconds} seconds"
+
+
+for _kind in (Every, Cron, At, Solar):
+    register(_kind)

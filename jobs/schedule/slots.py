@@ -1,211 +1,65 @@
 """Slot identity: the deterministic UTC instants at which a schedule is due. Pure, no I/O.
 
+Each kind carries its own maths (``jobs.schedule.kind.ScheduleKind``); these are the questions
+the rest of the app asks of any schedule, built on the kind's ``latest_slot`` and ``next_slot``.
 More in docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations
 
-import math
-import zoneinfo
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from datetime import datetime, timedelta
 
-from croniter import CroniterBadDateError, croniter
+from jobs.schedule.kind import ScheduleKind, SlotWindow
+from jobs.schedule.kinds import EPOCH
 
-from jobs.schedule import solar
-from jobs.schedule.kinds import (
-    At,
-    Cron,
-    Every,
-    Schedule,
-    Solar,
-    canonical_cron,
-    validate_timezone,
-)
+__all__ = [
+    "EPOCH",
+    "SlotWindow",
+    "latest_slot",
+    "next_slot",
+    "period_after",
+    "previous_slot",
+    "slots_in",
+]
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MICROSECOND = timedelta(microseconds=1)
-# Matching wall times skipped while walking past a repeated hour: at most one per minute of it.
-# Far above any real zone's overlap; hitting it means a bug, not a schedule.
-_MAX_WALK = 10_000
 
 
-def latest_slot(schedule: Schedule, now: datetime) -> datetime | None:
+def latest_slot(schedule: ScheduleKind, now: datetime) -> datetime | None:
     """The newest slot at or before ``now``, or ``None`` if the schedule has not begun."""
-    if isinstance(schedule, Every):
-        anchor = schedule.anchor or EPOCH
-        if now < anchor:
-            return None
-        step = timedelta(seconds=schedule.seconds)
-        return anchor + ((now - anchor) // step) * step
-    if isinstance(schedule, Cron):
-        return _cron_latest(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
-    if isinstance(schedule, At):
-        return schedule.when.astimezone(UTC) if schedule.when <= now else None
-    if isinstance(schedule, Solar):
-        return solar.latest(schedule, now)
-    raise TypeError(f"not a schedule: {schedule!r}")
+    return schedule.latest_slot(now)
 
 
-def next_slot(schedule: Schedule, now: datetime) -> datetime | None:
+def next_slot(schedule: ScheduleKind, now: datetime) -> datetime | None:
     """The first slot strictly after ``now``, or ``None`` if there will be none."""
-    if isinstance(schedule, Every):
-        anchor = schedule.anchor or EPOCH
-        if now < anchor:
-            return anchor
-        step = timedelta(seconds=schedule.seconds)
-        return anchor + ((now - anchor) // step + 1) * step
-    if isinstance(schedule, Cron):
-        return _cron_next(canonical_cron(schedule.expr), schedule.tz, now.astimezone(UTC))
-    if isinstance(schedule, At):
-        return schedule.when.astimezone(UTC) if schedule.when > now else None
-    if isinstance(schedule, Solar):
-        return solar.following(schedule, now)
-    raise TypeError(f"not a schedule: {schedule!r}")
+    return schedule.next_slot(now)
 
 
-def previous_slot(schedule: Schedule, slot: datetime) -> datetime | None:
+def previous_slot(schedule: ScheduleKind, slot: datetime) -> datetime | None:
     """The newest slot strictly before ``slot``."""
-    return latest_slot(schedule, slot - _ONE_MICROSECOND)
+    return schedule.latest_slot(slot - _ONE_MICROSECOND)
 
 
-@dataclass(frozen=True)
-class SlotWindow:
-    """The slots in a window, newest ones listed, older ones (beyond a limit) only summarised."""
-
-    slots: list[datetime]  # ascending; at most ``limit`` of them, the newest
-    omitted: int  # how many older slots are not listed (0: the list is complete)
-    omitted_first: datetime | None  # the oldest slot not listed
-    omitted_count_exact: bool  # False when ``omitted`` only says "at least this many"
-
-
-def slots_in(schedule: Schedule, after: datetime, until: datetime, limit: int) -> SlotWindow:
+def slots_in(schedule: ScheduleKind, after: datetime, until: datetime, limit: int) -> SlotWindow:
     """The slots ``s`` with ``after < s <= until``: the newest ``limit`` listed, the rest
     summarised, so that a week of a one-second schedule costs no more than ``limit`` slots."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    if isinstance(schedule, Every):
-        return _interval_window(schedule, after, until, limit)
+    counted = schedule.window(after, until, limit)
+    if counted is not None:
+        return counted
     newest_first: list[datetime] = []
-    current = latest_slot(schedule, until)
+    current = schedule.latest_slot(until)
     while current is not None and current > after and len(newest_first) < limit:
         newest_first.append(current)
         current = previous_slot(schedule, current)
     if current is None or current <= after:
         return SlotWindow(newest_first[::-1], 0, None, True)
     # More, older slots: say so and where they start, without enumerating them all.
-    return SlotWindow(newest_first[::-1], 1, next_slot(schedule, after), False)
+    return SlotWindow(newest_first[::-1], 1, schedule.next_slot(after), False)
 
 
-def _interval_window(schedule: Every, after: datetime, until: datetime, limit: int) -> SlotWindow:
-    first, last = next_slot(schedule, after), latest_slot(schedule, until)
-    if first is None or last is None or last < first:
-        return SlotWindow([], 0, None, True)
-    step = timedelta(seconds=schedule.seconds)
-    count = (last - first) // step + 1
-    listed = min(count, limit)
-    slots = [last - step * i for i in range(listed - 1, -1, -1)]
-    omitted = count - listed
-    return SlotWindow(slots, omitted, first if omitted else None, True)
-
-
-def period_after(schedule: Schedule, slot: datetime) -> timedelta | None:
+def period_after(schedule: ScheduleKind, slot: datetime) -> timedelta | None:
     """How long after ``slot`` the next slot comes (``None`` if none does)."""
-    following = next_slot(schedule, slot)
+    following = schedule.next_slot(slot)
     return None if following is None else following - slot
-
-
-# --- cron in a time zone -------------------------------------------------------------------
-# A slot is a wall-clock minute that Celery's crontab matches: ``expr`` is ``canonical_cron``'s
-# form of what was typed (Celery's reading of each field, written out for croniter), and
-# croniter evaluates it with ``day_or=False``, so every field must match, day of month and day
-# of week included, as in Celery (croniter's default is Unix cron's OR of the two day fields).
-# Cached: thousands of jobs often share an expression and are asked about the same instant
-# (at start-up, or when they all fire at one slot), and croniter costs ~0.1 ms per call.
-
-
-@lru_cache(maxsize=8192)
-def _cron_next(expr: str, tz: str, now: datetime) -> datetime:
-    zone = validate_timezone(tz)
-    wall = _wall(now, zone)
-    # instant(wall) <= now, and the mapping is non-decreasing: no earlier wall time can qualify.
-    matches = croniter(expr, _as_fake_utc(wall), day_or=False)
-    for _ in range(_MAX_WALK):
-        candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_next, expr)), zone)
-        if candidate > now:
-            return candidate
-    raise RuntimeError(f"no slot of {expr!r} in {tz} after {now.isoformat()}")  # pragma: no cover
-
-
-@lru_cache(maxsize=8192)
-def _cron_latest(expr: str, tz: str, now: datetime) -> datetime:
-    zone = validate_timezone(tz)
-    local = now.astimezone(zone)
-    start = local.replace(tzinfo=None)
-    if local.fold:
-        # ``now`` is in the second pass of a repeated hour: wall times up to one DST shift
-        # later still mean their first pass, which is at or before ``now``.
-        first_offset = local.replace(fold=0).utcoffset()
-        second_offset = local.utcoffset()
-        assert first_offset is not None and second_offset is not None
-        start += first_offset - second_offset
-    # croniter's get_prev is strictly before its start; nudge so an exact hit counts.
-    matches = croniter(expr, _as_fake_utc(start + _ONE_MICROSECOND), day_or=False)
-    for _ in range(_MAX_WALK):
-        candidate = _instant(_as_naive(_never_fires_if_raises(matches.get_prev, expr)), zone)
-        if candidate <= now:
-            return candidate
-    raise RuntimeError(f"no slot of {expr!r} in {tz} before {now.isoformat()}")  # pragma: no cover
-
-
-def _never_fires_if_raises(step: Callable[[type[datetime]], datetime], expr: str) -> datetime:
-    try:
-        return step(datetime)
-    except CroniterBadDateError:
-        # croniter gives up after decades without a match: a date that never comes (31 Feb).
-        raise ValueError(f"{expr!r} never fires: no date matches it") from None
-
-
-def _wall(instant: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
-    """The local wall-clock time of ``instant`` in ``zone``, naive."""
-    return instant.astimezone(zone).replace(tzinfo=None)
-
-
-def _instant(wall: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
-    """The DST rule: the UTC instant at which the local wall-clock time ``wall`` runs."""
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    if _wall(first, zone) == wall:
-        return first  # it exists; for a repeated time, fold=0 is its first occurrence
-    return _gap_end(wall, zone)
-
-
-def _gap_end(wall: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
-    """The first instant after the DST gap that swallowed ``wall``: the transition itself."""
-    # Read with the offsets before and after the transition, ``wall`` gives two instants that
-    # bracket it. Offsets change on whole seconds (TZif stores seconds), so bisect on seconds.
-    readings = sorted(wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1))
-    before = math.floor(readings[0].timestamp())
-    after = math.ceil(readings[1].timestamp())
-    new_offset = _offset_at(after, zone)
-    while after - before > 1:
-        middle = (before + after) // 2
-        if _offset_at(middle, zone) == new_offset:
-            after = middle
-        else:
-            before = middle
-    return datetime.fromtimestamp(after, UTC)
-
-
-def _offset_at(timestamp: int, zone: zoneinfo.ZoneInfo) -> timedelta | None:
-    return datetime.fromtimestamp(timestamp, UTC).astimezone(zone).utcoffset()
-
-
-def _as_fake_utc(wall: datetime) -> datetime:
-    # croniter on a UTC datetime does plain wall-clock arithmetic: no DST to interfere.
-    return wall.replace(tzinfo=UTC)
-
-
-def _as_naive(value: datetime) -> datetime:
-    return value.replace(tzinfo=None)

@@ -14,9 +14,10 @@ import importlib
 import math
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobs.schedule.kinds import Solar
+if TYPE_CHECKING:
+    from jobs.schedule.kinds import Solar
 
 # Untyped on purpose: ephem's bundled hints name only part of its C extension (Sun, Date, errors).
 ephem: Any = importlib.import_module("ephem")
