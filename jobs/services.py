@@ -357,7 +357,11 @@ def save_job(
 ) -> Job:
     """Save an edited job (admin form, API) with its schedule (and upstreams, given ``after``);
     beats pick the change up."""
-    before = audit.job_state(_locked(job))
+    stored = _locked(job)
+    before = audit.job_state(stored)
+    if job.enabled or stored.enabled:  # resumed, or paused by this edit: by whom, no reason
+        job.paused_by = "" if job.enabled else str(actor)
+        job.pause_reason, job.paused_until = "", None
     clocked = None if job.periodic_task is None else job.periodic_task.clocked
     job.kind = kind_of(schedule)
     scheduled = isinstance(schedule, Schedule)
@@ -538,9 +542,18 @@ def pause_many(
     """Pause the running jobs ``select_jobs`` chooses, each audited, all or none; the ones
     paused. Jobs already paused keep their own reason and end (an end given here must not
     resume a job that someone paused for good)."""
-    reason, end = pause_reason(reason), pause_end(until)
     chosen = [job for job in select_jobs(queue=queue, match=match) if job.enabled]
-    return [set_enabled(job, False, actor=actor, reason=reason, until=end) for job in chosen]
+    return pause_each(chosen, reason=reason, until=until, actor=actor)
+
+
+@transaction.atomic
+def pause_each(
+    jobs: Sequence[Job], *, reason: Any = None, until: Any = None, actor: Actor
+) -> list[Job]:
+    """Pause each of ``jobs`` (the admin's selection) with one reason and end, each audited,
+    all or none."""
+    reason, end = pause_reason(reason), pause_end(until)
+    return [set_enabled(job, False, actor=actor, reason=reason, until=end) for job in jobs]
 
 
 @transaction.atomic

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, ValidationError
 from django.db import InterfaceError, OperationalError
 from django.db.models import Model, Q, QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, RawPostDataException
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -303,8 +303,12 @@ def _idempotency_key(request: HttpRequest) -> str:
 
 
 def _json_object(request: HttpRequest) -> dict[str, Any]:
+    return _json_object_of(request.body)
+
+
+def _json_object_of(raw: bytes) -> dict[str, Any]:
     try:
-        body = jsonvalues.loads(request.body or b"null")
+        body = jsonvalues.loads(raw or b"null")
     except ValueError as exc:
         raise invalid({"body": [str(exc)]}) from None
     if not isinstance(body, dict):
@@ -661,10 +665,13 @@ SELECTION_FIELDS = ("queue", "match")
 def _pause_body(request: HttpRequest, known: tuple[str, ...]) -> dict[str, Any]:
     """The body's fields, each a string or null; the services read them. No body, or an empty
     form (what a bare ``POST`` sends), is no field: these endpoints took no body before."""
-    if not request.body:  # read first: a form read before would leave no body to read
+    try:
+        raw = request.body
+    except RawPostDataException:  # a form the CSRF check read already (a session's POST)
+        raw = b"null" if request.POST else b""
+    if not raw or (request.content_type == "multipart/form-data" and not request.POST):
         return {}
-    empty_form = request.content_type == "multipart/form-data" and not request.POST
-    body = {} if empty_form else _json_object(request)
+    body = _json_object_of(raw)
     errors = _body_errors(body, known, instants=())
     for field in set(body) & set(known):
         if body[field] is not None and not isinstance(body[field], str):
