@@ -13,6 +13,7 @@ from typing import Any
 
 import django_celery_beat.admin  # noqa: F401  (its registrations must exist before we undo them)
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import model_ngettext, unquote
 from django.contrib.postgres.expressions import ArraySubquery
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -56,6 +57,7 @@ from jobs.forms import (
     SCHEDULE_FIELDS,
     BackfillForm,
     JobForm,
+    PauseForm,
     RunWithArgumentsForm,
 )
 from jobs.large_tables import EstimatedCountPaginator
@@ -286,6 +288,16 @@ def _short_json(value: Any) -> str:
     return text.cut(json.dumps(value, ensure_ascii=False), AUDIT_VALUE_CHARS)
 
 
+def pause_words(job: Job) -> SafeString | str:
+    """Who paused a job, until when and why, under its name in the list (nothing running)."""
+    if job.enabled or not (job.paused_by or job.pause_reason or job.paused_until):
+        return ""
+    until = "" if job.paused_until is None else f" until {timestamps.display(job.paused_until)}"
+    by = f" by {job.paused_by}" if job.paused_by else ""
+    reason = f": {job.pause_reason}" if job.pause_reason else ""
+    return format_html('<br><span class="job-pause">paused{}{}{}</span>', by, until, reason)
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     form = JobForm
@@ -429,7 +441,8 @@ class JobAdmin(admin.ModelAdmin):
         """The name, and a badge on a paused job (its row is greyed too)."""
         if job.enabled:
             return job.name
-        return format_html('{} <span class="job-paused">paused</span>', job.name)
+        badge = format_html('{} <span class="job-paused">paused</span>', job.name)
+        return format_html("{}{}", badge, pause_words(job))
 
     @admin.display(description="next slot")
     def next_slot(self, job: Job) -> str:
@@ -569,9 +582,31 @@ class JobAdmin(admin.ModelAdmin):
             ids = ", ".join(f"#{run.pk}" for run in runs)
             self.message_user(request, f"Triggered {len(runs)} run(s): {ids}.", messages.SUCCESS)
 
-    @admin.action(description="Pause", permissions=["change"])
-    def pause(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self._set_enabled(request, queryset, enabled=False)
+    @admin.action(description="Pause…", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        """Ask for a reason and an end, then pause every job selected with them."""
+        form = PauseForm(request.POST if "apply" in request.POST else None)
+        jobs = list(queryset.select_related(*JOB_DISPLAY_RELATED).order_by("name"))
+        if form.is_valid():
+            try:
+                services.pause_each(jobs, **form.cleaned_data, actor=_actor(request))
+            except ValidationError as exc:
+                _add_errors(form, exc)
+            else:
+                noun = model_ngettext(self.opts, len(jobs))
+                self.message_user(request, f"Paused {len(jobs)} {noun}.", messages.SUCCESS)
+                return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Pause {len(jobs)} {model_ngettext(self.opts, len(jobs))}",
+            "form": form,
+            "jobs": jobs,
+            "action": "pause",
+            "select_across": request.POST.get("select_across", "0"),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/jobs/job/pause_selected.html", context)
 
     @admin.action(description="Resume", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -8,7 +8,8 @@ bulk updates and raw SQL bypass them. Each committed entry is also logged on ``j
 
 What ``before`` and ``after`` hold: for ``add`` the whole new job (``before`` null), for
 ``delete`` the whole job as it was (``after`` null), for ``edit`` only the fields that changed,
-for pause/resume ``enabled``, for a lease its holder and token, for a token its name, scope,
+for pause/resume ``enabled`` and a paused job's ``paused_by``, ``pause_reason`` and
+``paused_until``, for a lease its holder and token, for a token its name, scope,
 creator and expiry (never its secret or a part of it).
 """
 

@@ -18,7 +18,7 @@ from django.forms.fields import InvalidJSONInput, JSONString
 from jobs import backfill, jsonvalues, registry, services
 from jobs.audit import Actor
 from jobs.beat import entries
-from jobs.models import Job, JobKind
+from jobs.models import MAX_PAUSE_REASON, Job, JobKind
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import kind
 from jobs.schedule.kinds import Definition, Schedule, Triggered
@@ -341,6 +341,25 @@ class RunWithArgumentsForm(forms.Form):
         except ValueError as exc:
             raise ValidationError(str(exc)) from None
         return value
+
+
+class PauseForm(forms.Form):
+    """The admin's "Pause…" action: one reason and one end for every job selected (the services
+    check both, as for the CLI and the API)."""
+
+    reason = forms.CharField(
+        required=False,
+        max_length=MAX_PAUSE_REASON,
+        widget=forms.TextInput(attrs={"size": 60}),
+        help_text="Why, shown in the job list: one line.",
+    )
+    until = forms.CharField(
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "2h"}),
+        help_text="When the beats resume them by themselves: a duration from now such as 2h "
+        "or 1d12h, or a time, e.g. 2030-01-01T09:00 in UTC or with an offset. Empty: until "
+        "someone resumes them.",
+    )
 
 
 # What a DateTimeField reads (Django's input formats and ISO 8601): without an offset, UTC.

@@ -240,6 +240,10 @@ class DistinctName:
         return rows.order_by("pk").values_list("name", flat=True).first()
 
 
+# A pause reason is one line people read in the job list: a few hundred characters.
+MAX_PAUSE_REASON = 300
+
+
 class Job(DistinctName, models.Model):
     what = "job"
     name = models.CharField(
@@ -255,6 +259,27 @@ class Job(DistinctName, models.Model):
     )
     kind = models.CharField(max_length=16, choices=JobKind.choices, default=JobKind.PERIODIC)
     enabled = models.BooleanField(default=True, help_text="Paused jobs are not scheduled.")
+    # Who paused the job, why and until when (jobs.services.set_enabled); cleared on resume.
+    # A pause with an end is resumed by the first beat to see it pass (jobs.beat.pause_ends).
+    paused_by = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",  # rows written in SQL (adoption's functions) get it too
+        editable=False,
+        help_text="Who paused it (as the audit trail names actors).",
+    )
+    pause_reason = models.CharField(
+        max_length=MAX_PAUSE_REASON,
+        blank=True,
+        default="",
+        db_default="",
+        validators=[no_control_characters("A pause reason")],
+        help_text="Why it is paused.",
+    )
+    paused_until = models.DateTimeField(
+        null=True, blank=True, help_text="When it resumes by itself (empty: when resumed)."
+    )
     periodic_task = models.OneToOneField(
         PeriodicTask,
         null=True,
@@ -518,6 +543,13 @@ class Job(DistinctName, models.Model):
             # have an expiry, not every job.
             models.Index(
                 fields=["expires_at"], condition=Q(expires_at__isnull=False), name="job_expires_at"
+            ),
+            # Every beat tick looks for pauses that ended (jobs.beat.pause_ends): the few paused
+            # with an end, not every job.
+            models.Index(
+                fields=["paused_until"],
+                condition=Q(paused_until__isnull=False),
+                name="job_paused_until",
             ),
         ]
 

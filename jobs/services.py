@@ -6,6 +6,7 @@ transaction of the change (``jobs.audit``)."""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,7 +38,15 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import kind
-from jobs.schedule.kinds import At, Definition, Schedule, Triggered, validate_timezone
+from jobs.schedule.kinds import (
+    At,
+    Definition,
+    Schedule,
+    Triggered,
+    parse_duration,
+    parse_instant,
+    validate_timezone,
+)
 from jobs.upkeep import retention
 
 
@@ -334,7 +343,11 @@ def save_job(
 ) -> Job:
     """Save an edited job (admin form, API) with its schedule (and upstreams, given ``after``);
     beats pick the change up."""
-    before = audit.job_state(_locked(job))
+    stored = _locked(job)
+    before = audit.job_state(stored)
+    if job.enabled or stored.enabled:  # resumed, or paused by this edit: by whom, no reason
+        job.paused_by = "" if job.enabled else str(actor)
+        job.pause_reason, job.paused_until = "", None
     clocked = None if job.periodic_task is None else job.periodic_task.clocked
     job.kind = kind_of(schedule)
     scheduled = isinstance(schedule, Schedule)
@@ -358,15 +371,86 @@ def save_job(
 
 
 @transaction.atomic
-def set_enabled(job: Job, enabled: bool, *, actor: Actor) -> Job:
-    """Pause or resume; recorded even when the job already was so (``before`` says it was)."""
-    was = _locked(job).enabled
+def set_enabled(
+    job: Job, enabled: bool, *, actor: Actor, reason: str = "", until: datetime | None = None
+) -> Job:
+    """Pause (``reason`` and ``until`` as ``pause_reason`` and ``pause_end`` read them) or
+    resume; recorded even when the job already was so (``before`` says it was). A resume
+    clears who paused it, why and until when."""
+    before = pause_state(_locked(job))
     job.enabled = enabled
-    job.save(update_fields=["enabled", "updated_at"])
+    job.paused_by = "" if enabled else str(actor)
+    job.pause_reason = "" if enabled else reason
+    job.paused_until = None if enabled else until
+    job.save(update_fields=["enabled", *PAUSE_FIELDS, "updated_at"])
     entries.refresh(job)
     action = AuditAction.RESUME if enabled else AuditAction.PAUSE
-    audit.record(actor, action, job=job, before={"enabled": was}, after={"enabled": enabled})
+    audit.record(actor, action, job=job, before=before, after=pause_state(job))
     return job
+
+
+# What a pause records besides ``enabled``: who, why and until when.
+PAUSE_FIELDS = ("paused_by", "pause_reason", "paused_until")
+
+
+def pause_state(job: Job) -> dict[str, Any]:
+    """``enabled``, and for a paused job who paused it, why and until when (ISO 8601)."""
+    if job.enabled:
+        return {"enabled": True}
+    until = job.paused_until
+    return {
+        "enabled": False,
+        "paused_by": job.paused_by,
+        "pause_reason": job.pause_reason,
+        "paused_until": None if until is None else until.isoformat(),
+    }
+
+
+def pause_reason(value: Any) -> str:
+    """A pause's reason as given (``None``: none), checked as the job's field checks it (one
+    line, at most ``MAX_PAUSE_REASON`` characters); ``ValidationError`` keyed ``reason``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationError({"reason": ["Must be text."]})
+    try:
+        return str(Job._meta.get_field("pause_reason").clean(value.strip(), None))
+    except ValidationError as exc:
+        raise ValidationError({"reason": exc.messages}) from None
+
+
+def pause_end(value: Any) -> datetime | None:
+    """When a pause ends: an ISO 8601 instant (naive: UTC) or a duration from now such as
+    ``"2h"`` or ``"1d12h"`` (``None`` or ``""``: no end). Refused unless it is in the future by
+    the database clock, the beats' reference; ``ValidationError`` keyed ``until``."""
+    if value is None or value == "":
+        return None
+    now = database_now()
+    until = _read("until", value, lambda given: _instant_or_later(given, now))
+    if until <= now:
+        raise ValidationError(
+            {"until": [f"{until.isoformat()} has passed: give a time in the future or a duration."]}
+        )
+    return until
+
+
+def _instant_or_later(value: Any, now: datetime) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise TypeError('must be an ISO 8601 time or a duration from now such as "2h"')
+    try:
+        return now + parse_duration(value)
+    except ValueError:
+        if not isinstance(value, str) or value.strip()[:1] in ("-", "+"):
+            raise
+    try:
+        return parse_instant(value).when
+    except ValueError:
+        raise ValueError(f"{value!r} {_UNTIL_FORMS}") from None
+
+
+_UNTIL_FORMS = 'is not an ISO 8601 time (2030-01-01T09:00:00Z) nor a duration from now ("2h")'
 
 
 @transaction.atomic
@@ -409,12 +493,61 @@ def set_alerts(
     return job
 
 
-def pause(name: str, *, actor: Actor) -> Job:
-    return set_enabled(get_job(name), False, actor=actor)
+def pause(name: str, *, actor: Actor, reason: Any = None, until: Any = None) -> Job:
+    """Pause ``name`` with a ``reason`` and an end (see ``pause_reason`` and ``pause_end``);
+    pausing a paused job replaces its reason and end."""
+    reason, end = pause_reason(reason), pause_end(until)
+    return set_enabled(get_job(name), False, actor=actor, reason=reason, until=end)
 
 
 def resume(name: str, *, actor: Actor) -> Job:
     return set_enabled(get_job(name), True, actor=actor)
+
+
+def select_jobs(*, queue: str | None = None, match: str | None = None) -> list[Job]:
+    """The jobs on ``queue`` whose names match the shell pattern ``match`` (``billing.*``;
+    ``*``, ``?`` and ``[...]`` as in ``fnmatch``, case-sensitive), by name; at least one of the
+    two must be given (``ValidationError`` otherwise)."""
+    if not queue and not match:
+        raise ValidationError("Give a queue, a name pattern or both.")
+    chosen = Job.objects.select_related(*JOB_DISPLAY_RELATED).order_by("name")
+    if queue:
+        chosen = chosen.filter(queue=queue)
+    return [job for job in chosen if not match or fnmatch.fnmatchcase(job.name, match)]
+
+
+@transaction.atomic
+def pause_many(
+    *,
+    queue: str | None = None,
+    match: str | None = None,
+    reason: Any = None,
+    until: Any = None,
+    actor: Actor,
+) -> list[Job]:
+    """Pause the running jobs ``select_jobs`` chooses, each audited, all or none; the ones
+    paused. Jobs already paused keep their own reason and end (an end given here must not
+    resume a job that someone paused for good)."""
+    chosen = [job for job in select_jobs(queue=queue, match=match) if job.enabled]
+    return pause_each(chosen, reason=reason, until=until, actor=actor)
+
+
+@transaction.atomic
+def pause_each(
+    jobs: Sequence[Job], *, reason: Any = None, until: Any = None, actor: Actor
+) -> list[Job]:
+    """Pause each of ``jobs`` (the admin's selection) with one reason and end, each audited,
+    all or none."""
+    reason, end = pause_reason(reason), pause_end(until)
+    return [set_enabled(job, False, actor=actor, reason=reason, until=end) for job in jobs]
+
+
+@transaction.atomic
+def resume_many(*, queue: str | None = None, match: str | None = None, actor: Actor) -> list[Job]:
+    """Resume the paused jobs ``select_jobs`` chooses, each audited, all or none; the ones
+    resumed."""
+    chosen = [job for job in select_jobs(queue=queue, match=match) if not job.enabled]
+    return [set_enabled(job, True, actor=actor) for job in chosen]
 
 
 @transaction.atomic

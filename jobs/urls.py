@@ -17,6 +17,9 @@ urlpatterns = [
     ),
     path("api/openapi.json", api.openapi, name="api_openapi"),
     path("api/jobs", api.jobs_collection, name="api_jobs"),
+    # A colon, not a slash: /api/jobs/pause would be the job named "pause".
+    path("api/jobs:pause", api.jobs_pause, name="api_jobs_pause"),
+    path("api/jobs:resume", api.jobs_resume, name="api_jobs_resume"),
     path("api/jobs/<str:name>", api.job_detail, name="api_job"),
     path("api/jobs/<str:name>/pause", api.job_pause, name="api_job_pause"),
     path("api/jobs/<str:name>/resume", api.job_resume, name="api_job_resume"),

@@ -36,6 +36,7 @@ from jobs.beat import (
     coalescing,
     configured,
     entries,
+    pause_ends,
     retiring,
     schedule_errors,
     slot_records,
@@ -174,6 +175,7 @@ class ClusterScheduler(Scheduler):
         self._set_aside: dict[int, str] = {}  # job id -> why no slot can be computed
         self._uncertain = UncertainSlots()  # slots whose insert may have committed unseen
         self._errors_to_write: dict[int, str] = {}
+        self._next_pause_end: datetime | None = None  # the soonest pause to end (pause_ends)
         self._maintenance = (
             MaintenanceLoop(conf.maintenance_interval, conf.republish_after) if maintain else None
         )
@@ -238,6 +240,8 @@ class ClusterScheduler(Scheduler):
         else:
             self._configuration.recheck()
             self._apply_changes(now)
+        # Resumed here, their slots come with the next tick's changes, as after any resume.
+        self._next_pause_end = pause_ends.resume_ended(now).next_end
         fire: list[tuple[_Entry, datetime]] = []
         behind: list[tuple[_Entry, datetime]] = []
         popped: dict[int, tuple[_Entry, datetime]] = {}  # each entry's first slot popped
@@ -282,9 +286,12 @@ class ClusterScheduler(Scheduler):
     def _sleep(self) -> float:
         while self._heap and self._is_stale(self._heap[0]):
             heapq.heappop(self._heap)
-        if not self._heap:
+        wake = [self._heap[0][0]] if self._heap else []
+        if self._next_pause_end is not None:
+            wake.append(self._next_pause_end)  # a pause's end is due no later than a slot
+        if not wake:
             return self._max_sleep
-        until_next = (self._heap[0][0] - self._clock()).total_seconds()
+        until_next = (min(wake) - self._clock()).total_seconds()
         return max(0.0, min(until_next, self._max_sleep))
 
     def _is_stale(self, item: tuple[datetime, int, int]) -> bool:

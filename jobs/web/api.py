@@ -28,7 +28,7 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, ValidationError
 from django.db import InterfaceError, OperationalError
 from django.db.models import Model, Q, QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, RawPostDataException
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -310,8 +310,12 @@ def _idempotency_key(request: HttpRequest) -> str:
 
 
 def _json_object(request: HttpRequest) -> dict[str, Any]:
+    return _json_object_of(request.body)
+
+
+def _json_object_of(raw: bytes) -> dict[str, Any]:
     try:
-        body = jsonvalues.loads(request.body or b"null")
+        body = jsonvalues.loads(raw or b"null")
     except ValueError as exc:
         raise invalid({"body": [str(exc)]}) from None
     if not isinstance(body, dict):
@@ -633,14 +637,65 @@ _INSTANTS = ("active_from", "active_until")
 
 @endpoint({"POST": "jobs.change_job"})
 def job_pause(request: HttpRequest, name: str) -> HttpResponse:
-    job = services.pause(name, actor=actor(request))
+    """Pause, with an optional ``reason`` and ``until`` (``jobs pause NAME --reason --until``)."""
+    body = _pause_body(request, PAUSE_FIELDS)
+    try:
+        job = services.pause(name, **body, actor=actor(request))
+    except ValidationError as exc:
+        raise invalid(_field_errors(exc)) from None
     return JsonResponse(serializers.job_record(services.get_job(job.name), timezone.now()))
 
 
 @endpoint({"POST": "jobs.change_job"})
 def job_resume(request: HttpRequest, name: str) -> HttpResponse:
+    _pause_body(request, ())
     job = services.resume(name, actor=actor(request))
     return JsonResponse(serializers.job_record(services.get_job(job.name), timezone.now()))
+
+
+@endpoint({"POST": "jobs.change_job"})
+def jobs_pause(request: HttpRequest) -> HttpResponse:
+    """Pause every running job a ``queue`` and/or a name pattern (``match``) chooses."""
+    body = _pause_body(request, (*SELECTION_FIELDS, *PAUSE_FIELDS))
+    try:
+        jobs = services.pause_many(**body, actor=actor(request))
+    except ValidationError as exc:
+        raise invalid(_field_errors(exc)) from None
+    return JsonResponse({"paused": [job.name for job in jobs]})
+
+
+@endpoint({"POST": "jobs.change_job"})
+def jobs_resume(request: HttpRequest) -> HttpResponse:
+    """Resume every paused job a ``queue`` and/or a name pattern (``match``) chooses."""
+    body = _pause_body(request, SELECTION_FIELDS)
+    try:
+        jobs = services.resume_many(**body, actor=actor(request))
+    except ValidationError as exc:
+        raise invalid(_field_errors(exc)) from None
+    return JsonResponse({"resumed": [job.name for job in jobs]})
+
+
+PAUSE_FIELDS = ("reason", "until")
+SELECTION_FIELDS = ("queue", "match")
+
+
+def _pause_body(request: HttpRequest, known: tuple[str, ...]) -> dict[str, Any]:
+    """The body's fields, each a string or null; the services read them. No body, or an empty
+    form (what a bare ``POST`` sends), is no field: these endpoints took no body before."""
+    try:
+        raw = request.body
+    except RawPostDataException:  # a form the CSRF check read already (a session's POST)
+        raw = b"null" if request.POST else b""
+    if not raw or (request.content_type == "multipart/form-data" and not request.POST):
+        return {}
+    body = _json_object_of(raw)
+    errors = _body_errors(body, known, instants=())
+    for field in set(body) & set(known):
+        if body[field] is not None and not isinstance(body[field], str):
+            errors[field] = ["must be a string or null"]
+    if errors:
+        raise invalid(errors)
+    return body
 
 
 # --- runs --------------------------------------------------------------------------------------

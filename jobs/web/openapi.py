@@ -17,6 +17,7 @@ from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
 from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.models import (
     JOB_ALERT_REASONS,
+    MAX_PAUSE_REASON,
     AuditAction,
     AuditSource,
     CatchUp,
@@ -119,6 +120,34 @@ _OFFSET = _query(
     {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
 )
 
+_PAUSE_PROPERTIES: dict[str, Any] = {
+    "reason": _nullable(
+        {
+            "type": "string",
+            "maxLength": MAX_PAUSE_REASON,
+            "description": "Why, shown in the job list: one line (no control character).",
+        }
+    ),
+    "until": _nullable(
+        {
+            "type": "string",
+            "description": "When the beats resume it by themselves: an ISO 8601 time (UTC if no "
+            "offset) or a duration from now such as `2h` or `1d12h`; it must be in the future. "
+            "Omitted or null: until someone resumes it.",
+            "example": "2h",
+        }
+    ),
+}
+_SELECTION_PROPERTIES: dict[str, Any] = {
+    "queue": _nullable({"type": "string", "description": "Every job on this queue."}),
+    "match": _nullable(
+        {
+            "type": "string",
+            "description": "Every job whose name matches this shell pattern (`*`, `?`, `[...]`, "
+            "case-sensitive), e.g. `billing.*`.",
+        }
+    ),
+}
 _MUTED_UNTIL = _nullable(
     {**_DATETIME, "description": "Alerts muted until then (null: not muted); incidents still open."}
 )
@@ -217,6 +246,9 @@ _SCHEMAS: dict[str, Any] = {
             "task",
             "kind",
             "enabled",
+            "paused_by",
+            "pause_reason",
+            "paused_until",
             "schedule",
             "schedule_error",
             "next_slot",
@@ -238,6 +270,20 @@ _SCHEMAS: dict[str, Any] = {
             "task": {"type": "string", "description": "The registered job function."},
             "kind": {"type": "string", "enum": JobKind.values},
             "enabled": {"type": "boolean", "description": "false: paused."},
+            "paused_by": {
+                "type": "string",
+                "description": "Who paused it, as the audit trail names actors (`user:ann`, "
+                "`token:deploy`, `cli:ops`, `code:expiry`); empty while it runs or when paused "
+                "before pauses recorded it.",
+            },
+            "pause_reason": {"type": "string", "description": "Why it is paused (may be empty)."},
+            "paused_until": _nullable(
+                {
+                    **_DATETIME,
+                    "description": "When the beats resume it by themselves (null: when someone "
+                    "resumes it).",
+                }
+            ),
             "schedule": {"type": "string", "description": "The schedule in words."},
             "schedule_error": _nullable(
                 {
@@ -427,6 +473,46 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["results"],
         "properties": {"results": {"type": "array", "items": _ref("Blackout")}},
     },
+    "PauseRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": _PAUSE_PROPERTIES,
+    },
+    "PauseManyRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "At least one of `queue` and `match`; a job must fit both given.",
+        "properties": {**_SELECTION_PROPERTIES, **_PAUSE_PROPERTIES},
+    },
+    "ResumeManyRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "At least one of `queue` and `match`; a job must fit both given.",
+        "properties": _SELECTION_PROPERTIES,
+    },
+    "Paused": {
+        "type": "object",
+        "required": ["paused"],
+        "properties": {
+            "paused": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The jobs paused, by name (those already paused are left as "
+                "they were: their reason and end stay theirs).",
+            }
+        },
+    },
+    "Resumed": {
+        "type": "object",
+        "required": ["resumed"],
+        "properties": {
+            "resumed": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The jobs resumed, by name.",
+            }
+        },
+    },
     "BackfillRequest": {
         "type": "object",
         "required": ["since", "until"],
@@ -571,8 +657,45 @@ def schema() -> dict[str, Any]:
                 "parameters": [_JOB_NAME],
                 "post": {
                     "operationId": "pauseJob",
-                    "summary": "Pause: no new slots until resumed. Pausing twice is a no-op.",
+                    "summary": "Pause: no new slots until resumed (by hand, or by the beats at "
+                    "`until`). Pausing a paused job replaces its reason and end.",
+                    "requestBody": {
+                        "required": False,
+                        "content": {"application/json": {"schema": _ref("PauseRequest")}},
+                    },
                     "responses": {"200": job, **_BAD, **_NOT_FOUND, **_ERRORS},
+                },
+            },
+            "/api/jobs:pause": {
+                "post": {
+                    "operationId": "pauseJobs",
+                    "summary": "Pause every running job on a queue and/or whose name matches a "
+                    "pattern, each audited, all or none.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("PauseManyRequest")}},
+                    },
+                    "responses": {
+                        "200": _json("The jobs paused.", _ref("Paused")),
+                        **_BAD,
+                        **_ERRORS,
+                    },
+                },
+            },
+            "/api/jobs:resume": {
+                "post": {
+                    "operationId": "resumeJobs",
+                    "summary": "Resume every paused job on a queue and/or whose name matches a "
+                    "pattern, each audited, all or none.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("ResumeManyRequest")}},
+                    },
+                    "responses": {
+                        "200": _json("The jobs resumed.", _ref("Resumed")),
+                        **_BAD,
+                        **_ERRORS,
+                    },
                 },
             },
             "/api/jobs/{name}/resume": {

@@ -87,6 +87,10 @@ def job_fields(job: Job) -> dict[str, Any]:
         "task": job.task,
         "kind": job.kind,
         "enabled": job.enabled,
+        # Who paused it, why and until when (blank and null while it runs).
+        "paused_by": job.paused_by,
+        "pause_reason": job.pause_reason,
+        "paused_until": job.paused_until,
         "schedule": schedule_words(job),
         "schedule_error": schedule_error(job),
     }

@@ -89,7 +89,11 @@ def test_an_operator_creates_watches_runs_pauses_and_sees_the_chart(
     page.check(f"input[name=_selected_action][value='{job.pk}']")
     page.select_option("select[name=action]", "pause")
     page.click("button[name=index]")
+    page.fill("input[name=reason]", "release freeze")  # the action asks why and until when
+    page.fill("input[name=until]", "2h")
+    page.click("input[type=submit][value=Pause]")
     expect(page.locator("ul.messagelist")).to_contain_text("Paused 1 job.")
+    expect(page.locator("#result_list")).to_contain_text("release freeze")
     job.refresh_from_db()
     assert job.enabled is False
     shot(page, "05-paused")

@@ -444,9 +444,35 @@ def test_changelist_search_and_filters(admin_client):
     assert list(paused.context["cl"].result_list) == []
 
 
-def _act(admin_client, action: str, *jobs_: Job) -> Any:
+def _act(admin_client, action: str, *jobs_: Job, **form: str) -> Any:
+    """The action on ``jobs_``; ``form`` submits the pause action's own form (reason, until)."""
     data = {"action": action, "_selected_action": [j.pk for j in jobs_]}
+    if action == "pause":
+        data.update(apply="1", **form)
     return admin_client.post(CHANGELIST_URL, data, follow=True)
+
+
+def test_the_pause_action_asks_a_reason_and_an_end_then_the_list_shows_them(admin_client):
+    first, second = new_job("billing.close", TASK, MINUTELY), new_job("report", TASK, MINUTELY)
+    data = {"action": "pause", "_selected_action": [first.pk, second.pk]}
+    asked = admin_client.post(CHANGELIST_URL, data)
+    assert asked.status_code == 200 and first.enabled  # nothing paused yet
+    page = asked.content.decode()
+    assert 'name="reason"' in page and 'name="until"' in page and "billing.close, report" in page
+
+    refused = _act(admin_client, "pause", first, second, until="2001-01-01T00:00Z")
+    assert "has passed" in refused.content.decode()
+    assert Job.objects.filter(enabled=False).count() == 0
+
+    done = _act(admin_client, "pause", first, second, reason="ledger migration", until="2h")
+    assert "Paused 2 jobs." in done.content.decode()
+    stored = Job.objects.get(pk=first.pk)
+    assert (stored.enabled, stored.paused_by, stored.pause_reason) == (
+        False, "user:admin", "ledger migration"
+    )  # fmt: skip
+    assert stored.paused_until is not None
+    listed = admin_client.get(CHANGELIST_URL).content.decode()
+    assert "paused by user:admin until " in listed and ": ledger migration" in listed
 
 
 def test_pause_and_resume_actions(admin_client):

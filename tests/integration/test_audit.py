@@ -29,6 +29,7 @@ from jobs.guard import lease
 from jobs.models import ApiToken, AuditEntry, Job, JobRun
 from jobs.web import tokens
 from tests.support.forms import job_form_data
+from tests.support.pauses import paused as paused_state
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +57,8 @@ def admin_form(**overrides: str) -> dict[str, str]:
 def admin_action(client: Client, action: str, *jobs: Job) -> None:
     response = client.post(
         reverse("admin:jobs_job_changelist"),
-        {"action": action, "_selected_action": [job.pk for job in jobs]},
+        # "apply": the pause action's own form submitted (its reason and end left empty).
+        {"action": action, "_selected_action": [job.pk for job in jobs], "apply": "1"},
     )
     assert response.status_code == 302
 
@@ -135,11 +137,11 @@ def test_the_admin_actions_are_recorded(admin_client: Client, make_job: Callable
     assert (pause.action, pause.before, pause.after) == (
         "pause",
         {"enabled": True},
-        {"enabled": False},
+        paused_state("user:admin"),
     )
     assert (resume.action, resume.before, resume.after) == (
         "resume",
-        {"enabled": False},
+        paused_state("user:admin"),
         {"enabled": True},
     )
     run = JobRun.objects.get(job=job)
@@ -240,8 +242,8 @@ def test_every_cli_verb_that_changes_something_is_recorded_as_the_os_user() -> N
     assert {e.actor for e in recorded} == {CLI_ACTOR}
     add, pause, resume, run_now, prune, delete = recorded
     assert add.after is not None and add.after["schedule"] == "every hour"
-    assert (pause.before, pause.after) == ({"enabled": True}, {"enabled": False})
-    assert (resume.before, resume.after) == ({"enabled": False}, {"enabled": True})
+    assert (pause.before, pause.after) == ({"enabled": True}, paused_state(CLI_ACTOR))
+    assert (resume.before, resume.after) == (paused_state(CLI_ACTOR), {"enabled": True})
     assert run_now.after == {"run": run_id, "trigger": "manual", "idempotency_key": ""}
     assert prune.after is not None
     assert set(prune.after["deleted"].values()) == {0}  # nothing old enough yet
@@ -331,7 +333,7 @@ def test_api_writes_are_recorded_under_the_token_name(
         {"overlap": "skip", "start_deadline": 300},
         {"overlap": "wait", "start_deadline": 60},
     )
-    assert (pause_by_patch.action, pause_by_patch.after) == ("pause", {"enabled": False})
+    assert (pause_by_patch.action, pause_by_patch.after) == ("pause", paused_state("token:deploy"))
     assert (resume.action, pause.action) == ("resume", "pause")
     assert run_now.after == {
         "run": triggered.json()["id"],
@@ -399,7 +401,7 @@ def test_the_audit_api_lists_and_filters_entries(api: Client, make_job: Callable
         "after",
     }
     assert (newest["actor"], newest["source"], newest["target"]) == ("token:deploy", "api", None)
-    assert (newest["before"], newest["after"]) == ({"enabled": True}, {"enabled": False})
+    assert (newest["before"], newest["after"]) == ({"enabled": True}, paused_state("token:deploy"))
     assert [e["action"] for e in report["results"]] == ["resume", "pause"]
     assert [e["job"] for e in pauses["results"]] == ["other", "report"]
     assert [e["action"] for e in first["results"] + second["results"]] == [
@@ -482,7 +484,7 @@ def test_each_committed_entry_is_logged_once_and_never_with_a_secret(
         "source": "cli",
         "job": "report",
         "before": {"enabled": True},
-        "after": {"enabled": False},
+        "after": paused_state(CLI_ACTOR),
     }
     line = json.loads(logcontext.JsonFormatter().format(created))
     assert (line["audit_action"], line["target"]) == ("token_create", "ci")

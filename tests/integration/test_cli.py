@@ -29,6 +29,7 @@ MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
 # A job's record (jobs.web.serializers.job_fields): every registry policy and the fields around.
 JOB_KEYS = {
     *("name", "task", "kind", "enabled", "schedule", "schedule_error"),
+    *("paused_by", "pause_reason", "paused_until"),  # who paused it, why, until when
     *POLICY_FIELDS,
     *("args", "kwargs", "alerts_muted_until"),
     *("headers", "expires_at", "one_off"),  # what an adopted django-celery-beat row carries

@@ -29,6 +29,7 @@ from jobs.models import (
 from jobs.schedule.kinds import At, Every, Triggered
 from tests.integration.conftest import Published
 from tests.support.job_factory import new_job
+from tests.support.pauses import paused as paused_state
 
 pytestmark = pytest.mark.django_db
 
@@ -112,9 +113,10 @@ def test_pause_and_resume_record_what_the_job_was() -> None:
     services.resume("report", actor=OPERATOR)
     assert Job.objects.get(name="report").enabled
     paused = _audit(AuditAction.PAUSE)
-    assert [entry.before for entry in paused] == [{"enabled": True}, {"enabled": False}]
+    by = str(OPERATOR)
+    assert [entry.before for entry in paused] == [{"enabled": True}, paused_state(by)]
     (resumed,) = _audit(AuditAction.RESUME)
-    assert (resumed.before, resumed.after) == ({"enabled": False}, {"enabled": True})
+    assert (resumed.before, resumed.after) == (paused_state(by), {"enabled": True})
 
 
 def test_mute_and_alert_settings_are_stored_and_audited() -> None:

@@ -30,6 +30,7 @@ from jobs.exceptions import NotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
+    MAX_PAUSE_REASON,
     TERMINAL_STATUSES,
     Blackout,
     CatchUp,
@@ -151,8 +152,6 @@ class Command(BaseCommand):
                 "Trigger a run now, outside the schedule; prints the new run's id, or what "
                 "became of it when a worker settled it at once (e.g. skipped: its lease held).",
             ),
-            ("pause", "Pause a job: no new slots until it is resumed."),
-            ("resume", "Resume a paused job."),
             ("remove", "Delete a job, its beat entry and its run history."),
         ):
             parser = verbs.add_parser(verb, verb=verb, help=text)
@@ -173,6 +172,7 @@ class Command(BaseCommand):
                     metavar="JSON",
                     help="JSON object: keyword arguments for this run, over the job's own.",
                 )
+        self._add_pause(verbs)
         text = (
             "Make the runs of the past slots in a range that have none, one per slot as the "
             "beats would; they run one at a time, oldest first."
@@ -285,6 +285,36 @@ class Command(BaseCommand):
         parser: CommandParser = verbs.add_parser(verb, verb=verb, help=text, description=text)
         parser.add_argument("--json", action="store_true", help="Print a JSON list.")
         return parser
+
+    def _add_pause(self, verbs: Any) -> None:
+        for verb, text in (
+            (
+                "pause",
+                "Pause a job, or every running job a --queue and/or a --match chooses: no new "
+                "slots until it is resumed (by hand, or by the beats at --until).",
+            ),
+            (
+                "resume",
+                "Resume a paused job, or every paused job a --queue and/or a --match chooses.",
+            ),
+        ):
+            parser = verbs.add_parser(verb, verb=verb, help=text, description=text)
+            parser.add_argument("name", metavar="NAME", nargs="?", help="The job.")
+            parser.add_argument("--queue", metavar="Q", help="Every job on this queue.")
+            parser.add_argument(
+                "--match", metavar="PATTERN",
+                help="Every job whose name matches this shell pattern, e.g. 'billing.*'.",
+            )  # fmt: skip
+            if verb == "pause":
+                parser.add_argument(
+                    "--reason", metavar="TEXT",
+                    help=f"Why, shown in the job list (one line, at most {MAX_PAUSE_REASON}).",
+                )  # fmt: skip
+                parser.add_argument(
+                    "--until", metavar="WHEN",
+                    help="Resume by itself then: an ISO 8601 time (UTC if no offset) or a "
+                    "duration from now such as 2h or 1d12h.",
+                )  # fmt: skip
 
     def _add_add(self, verbs: Any) -> None:
         add: CommandParser = verbs.add_parser(
@@ -511,12 +541,31 @@ class Command(BaseCommand):
         )
 
     def _verb_pause(self, options: dict[str, Any]) -> None:
-        job = services.pause(options["name"], actor=Actor.cli())
-        self.stdout.write(f"paused {job.name}")
+        pause = {"reason": options["reason"], "until": options["until"]}
+        with cli.validated("pause", PAUSE_FLAGS):
+            if _chooses_many("pause", options):
+                selection = {"queue": options["queue"], "match": options["match"]}
+                jobs = services.pause_many(**selection, **pause, actor=Actor.cli())
+                self._report_many("paused", jobs, "no running job chosen")
+                return
+            job = services.pause(options["name"], **pause, actor=Actor.cli())
+        self.stdout.write(f"paused {_pause_words(job)}")
 
     def _verb_resume(self, options: dict[str, Any]) -> None:
+        with cli.validated("resume", PAUSE_FLAGS):
+            if _chooses_many("resume", options):
+                selection = {"queue": options["queue"], "match": options["match"]}
+                jobs = services.resume_many(**selection, actor=Actor.cli())
+                self._report_many("resumed", jobs, "no paused job chosen")
+                return
         job = services.resume(options["name"], actor=Actor.cli())
         self.stdout.write(f"resumed {job.name}")
+
+    def _report_many(self, verb: str, jobs: list[Job], none: str) -> None:
+        for job in jobs:
+            self.stdout.write(f"{verb} {_pause_words(job)}")
+        if not jobs:
+            self.stdout.write(none)
 
     def _verb_remove(self, options: dict[str, Any]) -> None:
         services.remove(options["name"], actor=Actor.cli())
@@ -720,8 +769,36 @@ class Command(BaseCommand):
         self.stdout.write(cli.table(headers, rows) if rows else f"no {what}")
 
 
+# The flags of `jobs pause` and `jobs resume`, to name them when the services refuse a value.
+PAUSE_FLAGS = {"reason": "--reason", "until": "--until", "queue": "--queue", "match": "--match"}
+
+
+def _chooses_many(verb: str, options: dict[str, Any]) -> bool:
+    """True for --queue/--match, False for NAME; a usage error for both or neither."""
+    many = bool(options["queue"] or options["match"])
+    if many == bool(options["name"]):
+        raise cli.CliError(verb, "give NAME, or --queue and/or --match (not both)")
+    return many
+
+
+def _pause_words(job: Job) -> str:
+    """A job's name and, when paused, why and until when."""
+    words = job.name
+    if not job.enabled and job.pause_reason:
+        words += f": {job.pause_reason}"
+    if not job.enabled and job.paused_until is not None:
+        words += f" (until {cli.cell(job.paused_until)})"
+    return words
+
+
 def _state(job: Job) -> str:
     state = "enabled" if job.enabled else "paused"
+    if not job.enabled and job.paused_by:
+        state = f"{state} by {job.paused_by}"
+    if not job.enabled and job.paused_until is not None:
+        state = f"{state} until {cli.cell(job.paused_until)}"
+    if not job.enabled and job.pause_reason:
+        state = f"{state}: {job.pause_reason}"
     if job.expired(timezone.now()):
         state = f"{state}, expired"
     return f"{state}, SCHEDULE ERROR" if serializers.schedule_error(job) else state
