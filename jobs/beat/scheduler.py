@@ -176,6 +176,9 @@ class ClusterScheduler(Scheduler):
         self._uncertain = UncertainSlots()  # slots whose insert may have committed unseen
         self._errors_to_write: dict[int, str] = {}
         self._next_pause_end: datetime | None = None  # the soonest pause to end (pause_ends)
+        # Pause ends are read again only when a job changed (a pause or its end is a change,
+        # logged like any edit) or the soonest end came: not one more statement every tick.
+        self._pause_ends_read = False
         self._maintenance = (
             MaintenanceLoop(conf.maintenance_interval, conf.republish_after) if maintain else None
         )
@@ -241,7 +244,10 @@ class ClusterScheduler(Scheduler):
             self._configuration.recheck()
             self._apply_changes(now)
         # Resumed here, their slots come with the next tick's changes, as after any resume.
-        self._next_pause_end = pause_ends.resume_ended(now).next_end
+        due = self._next_pause_end is not None and self._next_pause_end <= now
+        if due or not self._pause_ends_read:
+            self._next_pause_end = pause_ends.resume_ended(now).next_end
+            self._pause_ends_read = True
         fire: list[tuple[_Entry, datetime]] = []
         behind: list[tuple[_Entry, datetime]] = []
         popped: dict[int, tuple[_Entry, datetime]] = {}  # each entry's first slot popped
@@ -581,6 +587,7 @@ class ClusterScheduler(Scheduler):
     def _reload(self, job_ids: Collection[int] | None, now: datetime) -> None:
         """Read ``job_ids`` (``None``: every job) again; keep the next slot of a job whose
         schedule did not change."""
+        self._pause_ends_read = False  # one of them may have been paused, or resumed
         rows = self._read_jobs(job_ids)
         # A job set aside owes nothing for the time it was broken: its first slot is the
         # next one from now, whenever its last edit was (a fix in SQL leaves updated_at).

@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 
 import pytest
 import redis
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from jobs.beat import pause_ends
 from jobs.beat.scheduler import ClusterScheduler
@@ -77,3 +79,28 @@ def test_a_pause_changed_before_its_end_is_not_resumed(make_job: Callable[..., J
     ended = pause_ends.resume_ended(until + timedelta(seconds=1))
     assert (ended.resumed, ended.next_end) == ([], None)
     assert not Job.objects.get(name="report").enabled
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_tick_reads_no_pause_end_until_a_job_changes_or_the_end_comes(
+    make_job: Callable[..., Job], redis_broker: redis.Redis
+) -> None:
+    """The tick is the beat's hot path: the ends are read again only when a job changed (a
+    pause is a change) or the soonest end came, not once more every tick."""
+    make_job("report", schedule=Every(3600), queue=QUEUE)
+    clock = VirtualClock(database_now())
+    beat = _beat(clock)
+    beat.tick_at(clock.now)
+
+    def reads_pause_ends(at: datetime) -> bool:
+        with CaptureQueriesContext(connection) as tick:
+            beat.tick_at(at)
+        return any('"paused_until" IS NOT NULL' in query["sql"] for query in tick.captured_queries)
+
+    assert not reads_pause_ends(clock.now + timedelta(seconds=1))
+    until = _pause("report", "deploy", "30s").paused_until
+    assert until is not None
+    assert reads_pause_ends(until - timedelta(seconds=2))  # the pause: a change
+    assert not reads_pause_ends(until - timedelta(seconds=1))
+    assert reads_pause_ends(until)  # its end came
+    assert Job.objects.get(name="report").enabled
