@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
+import billiard.common
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError, close_old_connections, connection
 
@@ -408,6 +409,8 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
     # pool process, and the run would wait for its lease to lapse to be recorded lost. A pool
     # process ignores SIGINT, so a KeyboardInterrupt there is always the code's own.
     except BaseException as exc:
+        if _pool_process_ending():
+            raise  # the SystemExit of its terminate signal: the run was stopped, not failed
         return Outcome(
             RunStatus.FAILED,
             error=f"{type(exc).__name__}: {exc}",
@@ -416,6 +419,15 @@ def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
             exception=exc,
         )
     return Outcome(RunStatus.SUCCEEDED, result=_as_json(value))
+
+
+def _pool_process_ending() -> bool:
+    """Has this pool process's own terminate handler fired? billiard's handler raises
+    ``SystemExit`` wherever the code is (``revoke --terminate``, a hard time limit, the worker's
+    shutdown): that exception is the process's end, which the revoke or the lease's lapse
+    records, never the job's failure."""
+    fired = getattr(billiard.common, "terminate_handler_fired", None)  # billiard 4.3+
+    return bool(fired is not None and fired())
 
 
 def _as_json(value: Any) -> str | None:
