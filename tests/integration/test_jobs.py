@@ -4,11 +4,13 @@ listings and records are jobs.cli's (test_cli.py)."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
@@ -268,13 +270,15 @@ def test_run_says_what_became_of_a_run_a_worker_settled_at_once(
 
     thread = threading.Thread(target=worker)
     thread.start()
-    out = jobs("run", "nightly")
+    out, said = io.StringIO(), io.StringIO()
+    call_command("jobs", "run", "nightly", stdout=out, stderr=said)
     record = jobs_json("run", "nightly")
     thread.join()
 
     first, second = JobRun.objects.order_by("pk")
     reason = f"lease {key} held by worker1@host (token {held.token})"
-    assert out == f"run {first.pk} of nightly: skipped — {reason}\n"
+    assert out.getvalue() == f"{first.pk}\n", "the id alone on stdout, for scripts"
+    assert said.getvalue() == f"run {first.pk} of nightly: skipped — {reason}\n"
     assert (first.status, first.error) == ("skipped", reason)
     assert (record["id"], record["status"], record["error"]) == (second.pk, "skipped", reason)
     started = time.monotonic()

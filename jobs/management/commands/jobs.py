@@ -461,10 +461,12 @@ class Command(BaseCommand):
             run = cli.awaited_run(run.pk, options["wait"])
         if options["json"]:
             self._json(cli.run_record(run))
-        elif run.status in TERMINAL_STATUSES:
-            self.stdout.write(cli.run_outcome(run))
-        else:
-            self.stdout.write(str(run.pk))
+            return
+        # The id alone on stdout whatever became of the run: scripts read it
+        # (`id=$(jobs run NAME)`); what a person needs to know besides goes to stderr.
+        self.stdout.write(str(run.pk))
+        if run.status in TERMINAL_STATUSES:
+            self.stderr.write(cli.run_outcome(run))
 
     def _verb_backfill(self, options: dict[str, Any]) -> None:
         flags = {"since": "--since", "until": "--until", "max_runs": "--max-runs"}
