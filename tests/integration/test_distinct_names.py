@@ -34,6 +34,7 @@ from jobs.services import JobDefinition
 from jobs.web import tokens
 from tests.support.forms import job_form_data
 from tests.support.job_factory import HOURLY, new_job
+from tests.support.migrations import migrated_back_to
 
 TESTS = Actor.code("tests")
 # The issue's nine rows, all reading "demo.quick": Cyrillic U+0456 and U+0435, then one
@@ -293,21 +294,16 @@ def test_an_adopted_entry_reading_like_a_job_is_refused_with_the_reason() -> Non
 
 
 @pytest.fixture
-def at_0032(transactional_db: None) -> Iterator[MigrationExecutor]:
-    """The database as migration 0032 left it; migrated forward again afterwards."""
-    executor = MigrationExecutor(connection)
-    executor.migrate([BEFORE])
-    try:
+def before_0035(transactional_db: None) -> Iterator[MigrationExecutor]:
+    """The database as migration 0035 finds it (see BEFORE)."""
+    with migrated_back_to(BEFORE) as executor:
         yield executor
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_migration_0035_renames_the_rows_that_read_alike_and_keeps_them(
-    at_0032: MigrationExecutor,
+    before_0035: MigrationExecutor,
 ) -> None:
-    apps = at_0032.loader.project_state([BEFORE]).apps
+    apps = before_0035.loader.project_state([BEFORE]).apps
     OldJob = apps.get_model("jobs", "Job")
     OldPeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
     OldInterval = apps.get_model("django_celery_beat", "IntervalSchedule")
@@ -331,8 +327,8 @@ def test_migration_0035_renames_the_rows_that_read_alike_and_keeps_them(
             name=name, starts_at="2030-01-01T00:00Z", ends_at="2030-01-02T00:00Z"
         )
 
-    at_0032.loader.build_graph()
-    at_0032.migrate(at_0032.loader.graph.leaf_nodes())
+    before_0035.loader.build_graph()
+    before_0035.migrate(before_0035.loader.graph.leaf_nodes())
 
     jobs = {job.pk: job for job in Job.objects.select_related("periodic_task")}
     assert len(jobs) == 9  # none dropped

@@ -19,6 +19,7 @@ from jobs.models import AuditEntry, Blackout, Job
 from jobs.names import job_name_for
 from jobs.web import tokens
 from tests.support.job_factory import HOURLY, new_job
+from tests.support.migrations import migrated_back_to
 
 UNPRINTABLE = [" padded", "padded ", "\u3000", "", "line\nbreak", "nul-free\x1b[2J"]
 BEFORE = ("jobs", "0031_take_lease_function")
@@ -62,13 +63,8 @@ def test_window_and_token_rows_with_such_a_name_are_refused(name: str) -> None:
 @pytest.fixture
 def at_0031(transactional_db: None) -> Iterator[MigrationExecutor]:
     """The database as migration 0031 left it; migrated forward again afterwards."""
-    executor = MigrationExecutor(connection)
-    executor.migrate([BEFORE])
-    try:
+    with migrated_back_to(BEFORE) as executor:
         yield executor
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_migration_0032_renames_the_rows_that_break_the_rules_and_keeps_them(
