@@ -67,14 +67,19 @@ def test_a_blackout_and_a_holiday_skip_exactly_their_slots(
         holiday_calendar=country,
     )  # fmt: skip
     control = new_job("control", schedule=each_minute, log=minute_log, queue=cluster.queue)
-    starts = (now + timedelta(seconds=8)).replace(microsecond=0)
-    services.add_blackout(
-        "freeze", starts, starts + timedelta(seconds=4), actor=ACTOR, job_name=every_second.name
-    )
-
     for name in ("beat-1", "beat-2"):
         cluster.start_beat(name)
     cluster.start_worker("worker")
+    # The window is placed once a beat fires the job (a slot's blackout is read as its run is
+    # inserted): a beat slower to start than a window set ahead of time (a loaded machine) would
+    # meet it begun and catch up over it, which is not what this test is about.
+    wait_for(
+        lambda: JobRun.objects.filter(job=every_second).exists(), timeout=120, what="a beat up"
+    )
+    starts = (timezone.now() + timedelta(seconds=4)).replace(microsecond=0)
+    services.add_blackout(
+        "freeze", starts, starts + timedelta(seconds=4), actor=ACTOR, job_name=every_second.name
+    )
     wait_for(
         lambda: (
             JobRun.objects.filter(job=on_holiday).exists()

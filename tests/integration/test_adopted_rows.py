@@ -32,6 +32,7 @@ from jobs.models import AuditAction, AuditEntry, Job, JobRun, Trigger
 from jobs.upkeep import maintenance
 from jobs.web import serializers
 from project.celery import app
+from tests.support.pauses import paused
 from tests.support.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -224,7 +225,7 @@ def test_a_run_past_its_jobs_expiry_does_not_run_and_the_job_is_paused_visibly(
     entry.refresh_from_db()
     assert not job.enabled and not entry.enabled
     pause = AuditEntry.objects.get(job=job, action=AuditAction.PAUSE)
-    assert (pause.actor, pause.after) == ("code:expiry", {"enabled": False})
+    assert (pause.actor, pause.after) == ("code:expiry", paused("code:expiry"))
     assert any(getattr(r, "action", "") == "expired" for r in caplog.records)
 
 
