@@ -99,7 +99,13 @@ def test_the_invisible_characters_are_every_format_character_and_the_default_ign
     # points that are not (combining grapheme joiner, Hangul fillers, variation selectors).
     found = {c for c in map(chr, range(0x110000)) if invisible_characters(c)}
     formats = {c for c in map(chr, range(0x110000)) if unicodedata.category(c) == "Cf"}
-    assert formats <= found
+    # The table is Unicode 14.0's (Python 3.11) and a CHECK constraint holds it in the database:
+    # the format characters Unicode 15.0 added (Python 3.12: Egyptian hieroglyph format
+    # controls) come with the migration that takes the table to 15.0.
+    newer = (
+        {chr(c) for c in range(0x13439, 0x13440)} if unicodedata.unidata_version >= "15" else set()
+    )
+    assert formats - found <= newer
     assert {"\u034f", "\u115f", "\u3164", "\ufe0f", "\U000e0100"} <= found
     assert INVISIBLE_CHARACTERS.isascii()  # readable as text by PostgreSQL too
 
