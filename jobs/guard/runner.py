@@ -94,7 +94,7 @@ def _execute(run_id: int, *, task_id: str, node: str, holder: str, may_reclaim: 
     job = claim.job
     fields["job"] = job.name
     logcontext.bind(job=job.name, slot=claim.scheduled_for, token=_token(claim.lease))
-    observers.name_run(job.name)
+    observers.name_run(job.name, job.task)
     if claim.status == RunStatus.MISSED:
         log.warning("run missed its start deadline", extra={**fields, "action": "missed"})
         after_finish.run_ended(claim)

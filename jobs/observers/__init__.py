@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jobs.observers import open_telemetry, sentry
+from jobs.observers import open_telemetry, result_backends, sentry
 
 # A job's schedule (a jobs.schedule.kinds value) as a beat knows it, given the job.
 ScheduleOf = Callable[[Any], Any]
@@ -60,10 +60,13 @@ def beat_headers(job_name: str, schedule: Any) -> dict[str, Any]:
     return sentry.monitor_headers(job_name, schedule)
 
 
-def name_run(job_name: str) -> None:
-    """Name the running task's span and transaction after its job (``jobs.run`` runs many)."""
+def name_run(job_name: str, task_name: str) -> None:
+    """Name the running task's span and transaction after its job (``jobs.run`` runs many), and
+    its result after the job's task (``task_name``), as a result backend names it under stock
+    beat."""
     sentry.name_transaction(job_name)
     open_telemetry.name_run_span(job_name)
+    result_backends.name_task(task_name)
 
 
 def run_failed(cause: BaseException) -> None:

@@ -7,6 +7,7 @@ that continues the trace the beat started; a failing job function's own exceptio
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -23,7 +24,10 @@ import sentry_sdk
 from celery.contrib.testing.worker import start_worker
 from celery.signals import task_postrun
 from django.db import connection, transaction
+from django.test.utils import modify_settings
 from django.utils import timezone
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+from django_celery_beat.schedulers import DatabaseScheduler
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -36,11 +40,13 @@ from jobs import dispatch
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import Job, JobRun, RunStatus
+from jobs.registry import RUN_TASK
 from jobs.schedule.kinds import At, Every
 from jobs.services import JobDefinition, create_job
 from project.celery import app
-from tests.support import jobs_under_test  # noqa: F401  (the job functions run here)
+from tests.support import jobs_under_test, plain_tasks  # noqa: F401  (the tasks run here)
 from tests.support.celery_events import events_heard
+from tests.support.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -249,3 +255,159 @@ def test_crons_check_in_every_run_in_a_burst_and_alone(
         assert len({c["check_in_id"] for c in check_ins}) == 1, name
         config = check_ins[0]["monitor_config"]
         assert config["schedule"] == {"type": "interval", "value": 1, "unit": "hour"}
+
+
+# --- stock beat and the cluster on the same django-celery-beat rows ---------------------------
+
+APPEND = "tests.support.plain_tasks.append"
+BOOM = "tests.support.plain_tasks.boom"
+
+
+@pytest.fixture
+def results_kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """django-celery-results as its docs set it up (``django_celery_results`` installed, its
+    database backend, extended results): the ``TaskResult`` model."""
+    with modify_settings(INSTALLED_APPS={"append": "django_celery_results"}):
+        from django_celery_results.models import TaskResult
+
+        with connection.schema_editor() as editor:
+            editor.create_model(TaskResult)
+        monkeypatch.setitem(
+            app.conf, "result_backend", "django_celery_results.backends:DatabaseBackend"
+        )
+        monkeypatch.setitem(app.conf, "result_extended", True)
+        monkeypatch.setitem(app.conf, "result_expires", None)  # no backend_cleanup row
+        # Results kept, as Celery's default is (the project's settings turn it off): each
+        # task took the setting when it was made.
+        monkeypatch.setitem(app.conf, "task_ignore_result", False)
+        for name in (APPEND, BOOM, RUN_TASK):
+            monkeypatch.setattr(app.tasks[name], "ignore_result", False)
+        _forget_backend()
+        try:
+            yield TaskResult
+        finally:
+            _forget_backend()
+            connection.close()
+            with connection.schema_editor() as editor:
+                editor.delete_model(TaskResult)
+
+
+def _forget_backend() -> None:
+    """Make the app build its result backend again from its settings, on its next use."""
+    app._backend_cache = None  # type: ignore[attr-defined]  # Celery's, not in the stubs
+    vars(app._local).pop("backend", None)  # type: ignore[attr-defined]
+
+
+def _rows(queue: str, log: Path) -> list[PeriodicTask]:
+    """Rows as a django-celery-beat project writes them: 150 every minute (a burst once they
+    fall due together), one on a crontab, one whose task fails."""
+    minute, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.MINUTES)
+    every_minute, _ = CrontabSchedule.objects.get_or_create(
+        minute="*", hour="*", day_of_week="*", day_of_month="*", month_of_year="*"
+    )
+    args = json.dumps([str(log)])
+    rows = [
+        PeriodicTask(name=f"side-{n}", task=APPEND, interval=minute, args=args, queue=queue)
+        for n in range(BURST)
+    ]
+    rows.append(
+        PeriodicTask(name="side-crontab", task=APPEND, crontab=every_minute, args=args, queue=queue)
+    )
+    rows.append(PeriodicTask(name="side-failing", task=BOOM, interval=minute, queue=queue))
+    for row in rows:
+        row.save()
+    return rows
+
+
+@dataclass
+class Seen:
+    """What the tools saw of one beat's runs of the rows, per row."""
+
+    check_ins: dict[str, list[str]]  # the row's Crons check-in statuses, in order
+    errors: Counter[str]  # Sentry error events, per exception type
+    transactions: int
+    traces: int  # OpenTelemetry traces with one publish span and one run span
+    sent: int  # task-sent events
+    results: dict[str, tuple[str, str]]  # row: (TaskResult status, task_name)
+
+
+def _seen(tools: Tools, sent: list[Any], task_result: Any, task_ids: set[str]) -> Seen:
+    sentry_sdk.flush()
+    check_ins: dict[str, list[str]] = {}
+    for check_in in tools.check_ins():
+        check_ins.setdefault(check_in["monitor_slug"], []).append(check_in["status"])
+    errors = Counter(e["exception"]["values"][-1]["type"] for e in tools.errors())
+    traces = [
+        spans for spans in _by_trace(tools.finished_spans()).values()
+        if sorted(s.name.split("/")[0] for s in spans) == ["apply_async", "run"]
+    ]  # fmt: skip
+    found = task_result.objects.filter(task_id__in=task_ids)
+    return Seen(
+        check_ins=check_ins,
+        errors=errors,
+        transactions=len(tools.transactions()),
+        traces=len(traces),
+        sent=len([e for e in sent if e["uuid"] in task_ids]),
+        results={r.periodic_task_name: (r.status, r.task_name) for r in found},
+    )
+
+
+def _results_stored(task_result: Any, count: int, timeout: float = 120.0) -> set[str]:
+    deadline = time.monotonic() + timeout
+    while (stored := task_result.objects.filter(status__in=["SUCCESS", "FAILURE"])).count() < count:
+        assert time.monotonic() < deadline, f"{stored.count()} of {count} results stored"
+        time.sleep(0.1)
+    return set(stored.values_list("task_id", flat=True))
+
+
+def test_stock_beat_and_the_cluster_on_the_same_rows_show_each_tool_the_same_runs(
+    tools: Tools, results_kept: Any, worker: None, tmp_path: Path
+) -> None:
+    """The same django-celery-beat rows (150 every minute, one crontab, one failing), sent once
+    by stock beat (``DatabaseScheduler.apply_entry``, as its tick applies each due entry,
+    Sentry's hook included) and once by the cluster's beat (adopted, all due in one tick: the
+    burst path and the one-by-one path). Each tool sees the same of both, per row: Crons
+    check-ins, Sentry errors (the task's own exception), transactions, OpenTelemetry traces,
+    ``task-sent`` events and a django-celery-results row with the task's name and the row's."""
+    task_result = results_kept
+    rows = _rows(tools.queue, tmp_path / "log")
+    names = {row.name for row in rows}
+    expected_results = {row.name: ("SUCCESS", APPEND) for row in rows[:-1]} | {
+        "side-failing": ("FAILURE", BOOM)
+    }
+
+    stock = DatabaseScheduler(app=app)
+    with events_heard(str(app.conf.broker_url)) as heard:
+        with app.producer_or_acquire() as producer:
+            for entry in stock.schedule.values():
+                if entry.name in names:
+                    stock.apply_entry(entry, producer=producer)
+        task_ids = _results_stored(task_result, len(rows))
+        sent = heard.wait_for("task-sent", len(rows), queue=tools.queue)
+        under_stock = _seen(tools, sent, task_result, task_ids)
+    assert under_stock.results == expected_results
+
+    tools.sentry.envelopes.clear()
+    tools.spans.clear()
+    task_result.objects.all().delete()
+    # The cluster's beat adopts the rows at a minute's start, then fires their next slot.
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
+    clock = VirtualClock(start)
+    beat = ClusterScheduler(app=app, clock=clock, maintain=False)
+    beat.tick_at(start + timedelta(milliseconds=5))
+    clock.now = start + timedelta(minutes=1, milliseconds=5)
+    with events_heard(str(app.conf.broker_url)) as heard:
+        beat.tick_at(clock.now)
+        jobs = list(Job.objects.filter(name__in=names))
+        assert len(jobs) == len(rows) and all(job.adopted for job in jobs)
+        _until_ended(jobs)
+        task_ids = _results_stored(task_result, len(rows))
+        sent = heard.wait_for("task-sent", len(rows), queue=tools.queue)
+        under_cluster = _seen(tools, sent, task_result, task_ids)
+
+    assert under_cluster == under_stock
+    assert under_stock.check_ins == {
+        row.name: ["in_progress", "error" if row.task == BOOM else "ok"] for row in rows
+    }
+    assert under_stock.errors == Counter({"RuntimeError": 1})
+    assert under_stock.transactions == under_stock.traces == under_stock.sent == len(rows)
