@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,16 +12,23 @@ from django.core.checks import Error, Tags, Warning, register
 
 @register(Tags.compatibility)
 def check_database_vendor(**_kwargs: Any) -> list[Error]:
-    engine = settings.DATABASES["default"]["ENGINE"]
-    if "postgresql" not in engine:
-        return [
-            Error(
-                "The jobs app needs PostgreSQL for run records (DATABASE_URL).",
-                hint="Point DATABASE_URL at PostgreSQL; `make run` starts an embedded one.",
-                id="jobs.E001",
-            )
-        ]
-    return []
+    return database_vendor_problems(settings.DATABASES["default"])
+
+
+def database_vendor_problems(database: Mapping[str, Any]) -> list[Error]:
+    engine = database.get("ENGINE", "")
+    if "postgresql" in engine:
+        return []
+    return [
+        Error(
+            f"The jobs app needs PostgreSQL for its run records; DATABASES['default'] uses "
+            f"{engine!r}.",
+            hint="Set DATABASES['default']['ENGINE'] to 'django.db.backends.postgresql' (this "
+            "repository's own project: point DATABASE_URL at PostgreSQL, or let `make run` "
+            "start an embedded one).",
+            id="jobs.E001",
+        )
+    ]
 
 
 OUR_SCHEDULERS = ("jobs.beat.scheduler:ClusterScheduler", "jobs.beat.scheduler.ClusterScheduler")
@@ -89,3 +97,78 @@ def check_public_url(**_kwargs: Any) -> list[Warning]:
             id="jobs.W003",
         )
     ]
+
+
+# Celery's own default when no broker is configured anywhere: a Django project whose Celery app
+# is never made (or never reads the settings) publishes here, and nothing answers.
+CELERY_DEFAULT_BROKER = "amqp://guest@localhost//"
+
+
+@register(Tags.compatibility)
+def check_broker(**_kwargs: Any) -> list[Error]:
+    """Runs are published through the project's Celery app: a broker must be configured and its
+    client library installed, or every run waits for a message that never leaves."""
+    from celery import current_app
+
+    url = current_app.conf.broker_url
+    if not url:
+        return [
+            Error(
+                "No Celery broker is configured: runs and enqueued tasks would be published to "
+                f"Celery's default {CELERY_DEFAULT_BROKER}.",
+                hint="Make the project's Celery app and load it with Django "
+                "(proj/celery.py with app.config_from_object('django.conf:settings', "
+                "namespace='CELERY'), imported by proj/__init__.py), and set "
+                "CELERY_BROKER_URL, e.g. redis://localhost:6379/0.",
+                id="jobs.E002",
+            )
+        ]
+    missing = missing_broker_client(url)
+    if missing is not None:
+        return [
+            Error(
+                f"The client library of the Celery broker is not installed: {missing}.",
+                hint="Install it with Celery's extra for the broker, e.g. pip install "
+                "'celery[redis]' for redis:// or sentinel://.",
+                id="jobs.E003",
+            )
+        ]
+    return []
+
+
+# The Python package each broker scheme's kombu transport needs (kombu's extras), by URL scheme.
+BROKER_CLIENTS = {
+    "redis": "redis",
+    "rediss": "redis",
+    "sentinel": "redis",
+    "amqp": "amqp",
+    "amqps": "amqp",
+    "pyamqp": "amqp",
+    "sqs": "boto3",
+    "mongodb": "pymongo",
+    "zookeeper": "kazoo",
+    "confluentkafka": "confluent_kafka",
+}
+
+
+def missing_broker_client(url: str) -> str | None:
+    """What is missing to talk to the broker at ``url`` (``None``: nothing): its client package,
+    or what kombu says when it makes the transport (made, not connected: no network traffic)."""
+    from kombu import Connection
+
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
+    package = BROKER_CLIENTS.get(scheme)
+    if package is not None and importlib.util.find_spec(package) is None:
+        return f"the Python package {package!r} ({scheme}://) is not installed"
+    connection = None
+    try:
+        connection = Connection(url)
+        connection.transport  # noqa: B018  (made here: a missing client raises)
+    except KeyError as exc:
+        return f"kombu has no transport for {scheme}:// ({exc})"
+    except Exception as exc:  # what a transport raises without its client: ImportError, ...
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        if connection is not None:
+            connection.release()
+    return None
