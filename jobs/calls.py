@@ -26,6 +26,7 @@ from typing import Any
 from celery import Task, current_app, states
 from celery.result import AsyncResult, EagerResult
 from django.db import transaction
+from django.db.models import NOT_PROVIDED
 from django.utils import timezone
 
 from jobs import jsonvalues, messages, registry, text
@@ -148,6 +149,14 @@ def call(
         raise TypeError(f"{caller.name}: {exc}") from None
     for field, value in (("args", args), ("kwargs", kwargs)):
         _check_storable(caller.name, field, value)
+    if not caller.raise_on_duplicate:
+        recorded = _record_at_once(caller, args, kwargs, start_at)
+        if recorded is not None:
+            job, run = recorded
+            if publish:
+                transaction.on_commit(lambda: publish_call(job, run), robust=True)
+            return run
+    # A key to check, or no single job to record the run of: the path that names the problem.
     with transaction.atomic():
         job = _job_of(caller, lock=caller.raise_on_duplicate)
         try:
@@ -164,6 +173,60 @@ def call(
         if publish:
             transaction.on_commit(lambda: publish_call(job, run), robust=True)
     return run
+
+
+# A call's run recorded in one statement, with the job it belongs to read in the same: the job
+# (one, running this task, not continuous) and the INSERT, which happens only if it qualifies.
+# Outside a transaction that is one round trip, the floor of a durable call (issue 43).
+_RECORD_CALL = """
+WITH job AS (SELECT * FROM jobs_job WHERE {by} = %s LIMIT 2),
+run AS (
+    INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, args, kwargs)
+    SELECT id, %s, %s, %s::jsonb, %s::jsonb FROM job
+     WHERE task = %s AND kind <> %s AND (SELECT count(*) FROM job) = 1
+    RETURNING id AS call_run_id, created_at AS call_run_created_at
+)
+SELECT job.*, run.call_run_id, run.call_run_created_at FROM job LEFT JOIN run ON true
+"""
+
+
+def _record_at_once(
+    caller: Caller, args: list[Any], kwargs: dict[str, Any], start_at: datetime
+) -> tuple[Job, JobRun] | None:
+    """The job and the run recorded for this call, in one statement; ``None`` when the call
+    has no single job that may run it (nothing recorded: ``_job_of`` says why)."""
+    by, value = ("name", caller.job) if caller.job is not None else ("task", caller.name)
+    params = [
+        value, start_at, Trigger.CALL, json.dumps(args), json.dumps(kwargs), caller.name,
+        JobKind.CONTINUOUS,
+    ]  # fmt: skip
+    found: list[Any] = list(Job.objects.raw(_RECORD_CALL.format(by=by), params))
+    if len(found) != 1 or found[0].call_run_id is None:
+        return None
+    job = found[0]
+    run = JobRun(
+        **{
+            **_RUN_DEFAULTS,
+            "id": job.call_run_id,
+            "job": job,
+            "scheduled_for": start_at,
+            "trigger": Trigger.CALL,
+            "args": args,
+            "kwargs": kwargs,
+            "created_at": job.call_run_created_at,
+        }
+    )
+    run._state.adding = False
+    run._state.db = job._state.db
+    return job, run
+
+
+# What the database gives a new run's columns that the INSERT leaves out.
+_RUN_DEFAULTS = {
+    field.attname: field.db_default
+    for field in JobRun._meta.concrete_fields
+    if field.db_default is not NOT_PROVIDED and not hasattr(field.db_default, "resolve_expression")
+}
 
 
 def _run_eagerly(caller: Caller, run_id: int, task_id: str) -> EagerResult:

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from celery import Task
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import registry
+from jobs import calls, registry
 from jobs.exceptions import DuplicateCall, NoJobForCall, RunFailed
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, Lease, RunStatus, Trigger
@@ -239,6 +241,24 @@ def test_calls_that_cannot_be_guarded_are_refused_naming_why(
     with pytest.raises(NoJobForCall, match=r"several jobs run this task \(a, b\)"):
         guarded_span.delay(str(tmp_path))
     assert not JobRun.objects.exists()
+
+
+def test_a_call_is_recorded_in_one_statement_as_the_row_it_made(
+    make_job: MakeJob, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The floor of a durable call: its job read and its run inserted in one statement (one
+    round trip outside a transaction), and the run it publishes is the row the database holds."""
+    job = make_job("sync", task=SPAN, kwargs={"log": str(tmp_path)}, queue="reports")
+    handed: list[tuple[Job, JobRun]] = []
+    monkeypatch.setattr(calls, "publish_call", lambda job, run: handed.append((job, run)))
+    with CaptureQueriesContext(connection) as queries:
+        result = guarded_span.delay(str(tmp_path), note="once")
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    [(published_job, published_run)] = handed
+    stored = JobRun.objects.get(pk=_run_id(result))
+    fields = [f.attname for f in JobRun._meta.concrete_fields]
+    assert [getattr(published_run, f) for f in fields] == [getattr(stored, f) for f in fields]
+    assert (published_job.pk, published_job.queue) == (job.pk, "reports")
 
 
 def test_a_task_may_name_its_job(
