@@ -10,6 +10,10 @@ Alternating by round, ``--calls`` times each:
 - **enqueue**: ``noop.enqueue(i)`` of a Django ``@task`` (``bench.django_tasks_jobs``): the run
   recorded, published to Redis after commit, its ``TaskResult`` made;
 - **delay**: ``guarded_noop.delay(i)`` of a ``GuardedTask``, the same recording and publishing;
+- **floor**: what any durable enqueue must do, and nothing else: one ``INSERT`` of a run through
+  Django's ORM (autocommit) plus one Celery publish of its message (``send_task``);
+- **celery delay**: ``plain_noop.delay(i)`` of a plain Celery task (a publish, nothing
+  recorded): a peer with no durable record;
 - **run enqueued**: ``execute_run`` of an enqueued run, as a worker would: the claim, a lease of
   the run's own (taken in a second statement, since no two runs share it), the call, the fenced
   finish;
@@ -35,7 +39,7 @@ from bench.guard_cost import _log_to_nowhere
 from bench.measure import percentile
 
 QUEUE = "bench-django-tasks"
-KINDS = ("enqueue", "delay", "run enqueued", "run delayed")
+KINDS = ("enqueue", "delay", "floor", "celery delay", "run enqueued", "run delayed")
 
 
 def _run_id(result: object) -> int:
@@ -80,6 +84,24 @@ def measure(calls: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
             int(bench_tasks.guarded_noop.delay(i).id.removeprefix("jobrun-"))
         )
 
+    from celery import current_app
+    from django.utils import timezone
+
+    from jobs.models import Job, Trigger
+
+    floor_job = Job.objects.get(name="guarded")
+
+    def floor(i: int) -> None:
+        run = JobRun.objects.create(
+            job=floor_job, scheduled_for=timezone.now(), trigger=Trigger.CALL, args=[i]
+        )
+        current_app.send_task(
+            bench_tasks.plain_noop.name, args=[i], queue=QUEUE, task_id=f"jobrun-{run.pk}"
+        )
+
+    def celery_delay(i: int) -> None:
+        bench_tasks.plain_noop.apply_async([i], queue=QUEUE)
+
     def runs_of(kind: str) -> Callable[[int], object]:
         def run(i: int) -> None:
             run_id = made[kind][i]
@@ -87,7 +109,13 @@ def measure(calls: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
 
         return run
 
-    once = {"enqueue": enqueue, "delay": delay, **{k: runs_of(k) for k in made}}
+    once = {
+        "enqueue": enqueue,
+        "delay": delay,
+        "floor": floor,
+        "celery delay": celery_delay,
+        **{k: runs_of(k) for k in made},
+    }
     results: dict[str, list[tuple[float, float]]] = {kind: [] for kind in KINDS}
     for round_ in range(rounds + 1):  # the first round warms up
         for made_runs in made.values():
@@ -99,6 +127,7 @@ def measure(calls: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
             print(f"  round {round_}: {kind} {statistics.median(walls):.3f} ms", flush=True)
         ids = [run_id for made_runs in made.values() for run_id in made_runs]
         ran = set(JobRun.objects.filter(pk__in=ids).values_list("status", flat=True))
+        JobRun.objects.filter(job=floor_job, status=RunStatus.SCHEDULED).delete()  # the floor's
         if ran != {RunStatus.SUCCEEDED}:
             raise AssertionError(f"runs did not all succeed: {ran}")
     return results
@@ -114,6 +143,12 @@ def table(results: dict[str, list[tuple[float, float]]], calls: int) -> str:
         median = statistics.median(r[0] for r in results[kind])
         p99 = statistics.median(r[1] for r in results[kind])
         lines.append(f"| {kind} | {median:.3f} | {p99:.3f} |")
+    floor = statistics.median(r[0] for r in results["floor"])
+    ratios = ", ".join(
+        f"{kind} {statistics.median(r[0] for r in results[kind]) / floor:.2f}x"
+        for kind in ("enqueue", "delay", "celery delay")
+    )
+    lines += ["", f"Median per call against the floor (one INSERT + one publish): {ratios}."]
     return "\n".join(lines)
 
 
