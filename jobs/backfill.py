@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from jobs.beat.entries import schedule_of
+from jobs.beat.slot_fates import Fate
 from jobs.dispatch import publish_many
 from jobs.exceptions import NotTriggerable
 from jobs.guard import after_finish
@@ -55,6 +56,8 @@ class BackfillResult:
     plan: BackfillPlan
     created: int  # runs this call made (a concurrent backfill may have made the others)
     dry_run: bool
+    # A dry run's preview: each slot it would make a run for, with that run's fate.
+    fates: tuple[Fate, ...] = ()
 
 
 def plan(
