@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
@@ -33,6 +33,9 @@ from jobs.schedule.kinds import Schedule
 # How many slots one preview lists unless told otherwise, and at most.
 DEFAULT_COUNT = 10
 MAX_COUNT = 1000
+# No slot is listed from here on: the slot after (and a zone's offset) would leave datetime's
+# range, which ends with year 9999.
+HORIZON = datetime(9999, 1, 1, tzinfo=UTC)
 _BEFORE = timedelta(microseconds=1)
 
 
@@ -82,12 +85,17 @@ def upcoming(job: Job, *, since: datetime, count: int = DEFAULT_COUNT) -> list[F
         raise ValidationError({"count": [f"Must be between 1 and {MAX_COUNT:,}."]})
     if since < slots.EPOCH:
         raise ValidationError({"since": [f"Must not be before {slots.EPOCH.isoformat()}."]})
+    if since >= HORIZON:
+        raise ValidationError({"since": [f"Must be before {HORIZON.isoformat()}."]})
     schedule = schedule_to_preview(job)
     found: list[datetime] = []
-    slot = slots.next_slot(schedule, since - _BEFORE)
-    while slot is not None and len(found) < count:
-        found.append(slot)
-        slot = slots.next_slot(schedule, slot)
+    try:
+        slot = slots.next_slot(schedule, since - _BEFORE)
+        while slot is not None and slot < HORIZON and len(found) < count:
+            found.append(slot)
+            slot = slots.next_slot(schedule, slot)
+    except ValueError as exc:  # e.g. a cron expression that never fires
+        raise ValidationError({"schedule": [str(exc)]}) from None
     return of_slots(job, schedule, found)
 
 

@@ -14,6 +14,7 @@ import pytest
 import redis
 from celery.schedules import crontab, schedule
 from django.core.management.base import CommandError
+from django.test import Client
 
 from jobs import services
 from jobs.audit import Actor
@@ -154,9 +155,13 @@ def test_the_slots_that_run_are_celery_s_own_schedule_s(make_job: Callable[..., 
     for _ in range(19):
         last = expected[-1]
         # Celery's next run of an interval entry that last ran at ``last``, asked then.
-        interval = schedule(run_every=timedelta(minutes=15), nowfun=lambda last=last: last)
+        interval = schedule(run_every=timedelta(minutes=15), nowfun=_at(last))
         expected.append(last + interval.remaining_estimate(last))
     assert [fate.slot for fate in fates] == expected
+
+
+def _at(instant: datetime) -> Callable[[], datetime]:
+    return lambda: instant
 
 
 def test_calendars_and_pauses_are_fates_too(make_job: Callable[..., Job]) -> None:
@@ -255,3 +260,100 @@ def test_a_continuous_job_has_no_slots(make_job: Callable[..., Job]) -> None:
     make_job("poller", schedule=None)
     error = jobs_error("upcoming", "poller")
     assert "continuous job" in str(error)
+
+
+# --- the API --------------------------------------------------------------------------------
+
+
+def test_the_api_lists_the_slots_and_their_fates(
+    make_job: Callable[..., Job], insider: Client
+) -> None:
+    make_job("nightly", schedule=Cron(expr="30 2 * * *", tz=PARIS))
+    services.add_blackout(
+        "quarter-close",
+        datetime(2027, 3, 29, 0, 0, tzinfo=UTC),
+        datetime(2027, 3, 29, 6, 0, tzinfo=UTC),
+        actor=ACTOR,
+    )
+    response = insider.get(
+        "/api/jobs/nightly/upcoming", {"since": "2027-03-27T12:00:00Z", "count": "2"}
+    )
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "job": "nightly",
+        "schedule": "At 02:30 AM (Europe/Paris)",
+        "since": "2027-03-27T12:00:00Z",
+        "results": [
+            {
+                "slot": "2027-03-28T01:00:00Z",
+                "local": "2027-03-28T03:00:00+02:00",
+                "zone": PARIS,
+                "fate": "runs",
+                "reason": None,
+                "blackout": None,
+                "dst": [
+                    "spring forward in Europe/Paris on 2027-03-28: 02:00 CET becomes 03:00 CEST "
+                    "(01:00 UTC); 02:30 does not exist that day: it runs at 03:00 CEST "
+                    "(01:00 UTC), the end of the gap"
+                ],
+            },
+            {
+                "slot": "2027-03-29T00:30:00Z",
+                "local": "2027-03-29T02:30:00+02:00",
+                "zone": PARIS,
+                "fate": "skipped",
+                "reason": "blackout: quarter-close",
+                "blackout": "quarter-close",
+                "dst": [],
+            },
+        ],
+    }
+    # Without since: from now on, ten slots.
+    assert len(insider.get("/api/jobs/nightly/upcoming").json()["results"]) == 10
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"count": "0"}, "count"),
+        ({"count": "1001"}, "count"),
+        ({"count": "ten"}, "count"),
+        ({"since": "yesterday"}, "since"),
+        ({"since": "0001-01-01T00:00:00Z"}, "since"),
+        ({"since": "2027-01-01T00:00:00Z\x00"}, "since"),
+        ({"until": "2027-01-01"}, "until"),
+    ],
+)
+def test_the_api_answers_bad_parameters_400_naming_them(
+    make_job: Callable[..., Job], insider: Client, query: dict[str, str], field: str
+) -> None:
+    make_job("nightly")
+    response = insider.get("/api/jobs/nightly/upcoming", query)
+    assert response.status_code == 400, response.content
+    assert list(response.json()["fields"]) == [field]
+
+
+def test_the_api_answers_a_name_that_cannot_be_stored_400(insider: Client) -> None:
+    # A lone surrogate cannot reach a path (Django keeps invalid UTF-8 percent-escaped): NUL can.
+    response = insider.get("/api/jobs/gh%00ost/upcoming")
+    assert response.status_code == 400, response.content
+    assert list(response.json()["fields"]) == ["name"]
+
+
+def test_the_api_answers_an_unknown_job_404_and_a_continuous_one_409(
+    make_job: Callable[..., Job], insider: Client
+) -> None:
+    assert insider.get("/api/jobs/ghost/upcoming").status_code == 404
+    make_job("poller", schedule=None)
+    response = insider.get("/api/jobs/poller/upcoming")
+    assert response.status_code == 409
+    assert "continuous job" in response.json()["error"]
+
+
+def test_the_end_of_time_ends_the_list(make_job: Callable[..., Job], insider: Client) -> None:
+    make_job("hourly", schedule=Every(3600))
+    late = {"since": "9998-12-31T22:00:00Z", "count": "5"}
+    assert len(insider.get("/api/jobs/hourly/upcoming", late).json()["results"]) == 2
+    response = insider.get("/api/jobs/hourly/upcoming", {"since": "9999-12-31T22:00:00Z"})
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["since"]
