@@ -462,7 +462,7 @@ def fates_table(fates: Sequence[Fate]) -> str:
     rows = [
         (
             fate.slot,
-            f"{fate.local:%Y-%m-%d %H:%M} {fate.local.tzname()} ({fate.zone})",
+            f"{fate.local_words} ({fate.zone})",
             str(fate.outcome),
             fate.reason,
         )

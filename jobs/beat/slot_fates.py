@@ -62,6 +62,12 @@ class Fate:
         """The slot on the job's wall clock."""
         return self.slot.astimezone(ZoneInfo(self.zone))
 
+    @property
+    def local_words(self) -> str:
+        """The slot on the job's wall clock, for people: ``2027-03-28 03:00 CEST``."""
+        local = self.local
+        return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+
 
 def schedule_to_preview(job: Job) -> Schedule:
     """The schedule of ``job``: ``NotTriggerable`` for a continuous job, ``ValidationError`` on

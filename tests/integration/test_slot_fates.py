@@ -21,6 +21,7 @@ from jobs.audit import Actor
 from jobs.beat import slot_fates
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.beat.slot_fates import Outcome
+from jobs.database_clock import database_now
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedule.kinds import Cron, Every
 from project.celery import app
@@ -357,3 +358,44 @@ def test_the_end_of_time_ends_the_list(make_job: Callable[..., Job], insider: Cl
     response = insider.get("/api/jobs/hourly/upcoming", {"since": "9999-12-31T22:00:00Z"})
     assert response.status_code == 400
     assert list(response.json()["fields"]) == ["since"]
+
+
+# --- the admin ------------------------------------------------------------------------------
+
+
+def test_the_job_page_lists_the_next_slots_and_their_fates(
+    make_job: Callable[..., Job], admin_client: Client
+) -> None:
+    job = make_job("hourly", schedule=Every(3600))
+    now = database_now()
+    services.add_blackout("freeze", now + timedelta(hours=2), now + timedelta(hours=3), actor=ACTOR)
+    page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/")
+    assert page.status_code == 200
+    html = page.text
+    assert "Next slots and their fates" in html
+    assert html.count('<tr class="fate-') == 10
+    assert html.count('<tr class="fate-skipped">') == 1 and "blackout: freeze" in html
+    poller = make_job("poller", schedule=None)
+    assert (
+        "a continuous job has no slots"
+        in admin_client.get(f"/admin/jobs/job/{poller.pk}/change/").text
+    )
+
+
+def test_the_admin_backfill_page_lists_the_slots_before_its_confirm_button(
+    make_job: Callable[..., Job], admin_client: Client
+) -> None:
+    job = make_job("fill", schedule=Every(6 * 3600), business_days_only=True)
+    page = f"/admin/jobs/job/{job.pk}/backfill/"
+    form = {"since": "2025-12-26 00:00:00", "until": "2025-12-27 23:59:00", "max_runs": "100"}
+    dry = admin_client.post(page, {**form, "dry_run": "on"})
+    assert dry.status_code == 200 and not JobRun.objects.exists()
+    html = dry.text
+    assert html.count('<tr class="fate-runs">') == 4  # Friday
+    assert html.count('<tr class="fate-skipped">') == 4  # Saturday
+    assert "weekend: Saturday 2025-12-27" in html
+    assert html.index("slot-fates") < html.index('value="Make these runs"')
+    assert 'name="dry_run"' in html and 'name="dry_run" checked' not in html
+    made = admin_client.post(page, form, follow=True)
+    assert "Made 8 backfill run(s)" in made.text
+    assert JobRun.objects.filter(job=job, status=RunStatus.SKIPPED).count() == 4
