@@ -96,6 +96,8 @@ RECENT_RUNS = 20
 RECENT_AUDIT_ENTRIES = 10
 # The next slots a job's page lists with their fates (``jobs upcoming`` lists more).
 UPCOMING_ON_PAGE = 10
+# The slots a backfill's preview lists on its page at most (`jobs backfill --dry-run` lists all).
+PREVIEW_ON_PAGE = 1000
 
 # The admin index links the jobs dashboard (jobs.web.dashboard).
 admin.site.index_template = "admin/jobs_index.html"
@@ -597,7 +599,9 @@ class JobAdmin(admin.ModelAdmin):
             "title": f"{title}: {job.name}",
             "form": form,
             "submit": submit,
-            "fates": fates,  # a backfill's preview, listed before the button that confirms it
+            # A backfill's preview, listed before the button that confirms it; a long one cut.
+            "fates": fates[:PREVIEW_ON_PAGE],
+            "more_fates": max(0, len(fates) - PREVIEW_ON_PAGE),
         }
         return TemplateResponse(request, "admin/jobs/job/job_form_page.html", context)
 

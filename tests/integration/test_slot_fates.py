@@ -399,3 +399,13 @@ def test_the_admin_backfill_page_lists_the_slots_before_its_confirm_button(
     made = admin_client.post(page, form, follow=True)
     assert "Made 8 backfill run(s)" in made.text
     assert JobRun.objects.filter(job=job, status=RunStatus.SKIPPED).count() == 4
+
+
+def test_a_long_backfill_preview_is_cut_on_the_admin_page(
+    make_job: Callable[..., Job], admin_client: Client
+) -> None:
+    job = make_job("fill", schedule=Every(60))
+    form = {"since": "2025-12-26 00:00:00", "until": "2025-12-26 23:59:00", "max_runs": "2000"}
+    dry = admin_client.post(f"/admin/jobs/job/{job.pk}/backfill/", {**form, "dry_run": "on"})
+    assert dry.text.count('<tr class="fate-runs">') == 1000
+    assert "and 440 more slot(s)" in dry.text
