@@ -8,6 +8,7 @@ through the job page (``jobs.forms.JobForm`` → ``jobs.services`` → ``jobs.be
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,7 @@ from django.db.models.functions import Concat, Now
 from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -48,7 +50,7 @@ from django_celery_beat.models import (
 
 from jobs import services, text, timestamps
 from jobs.audit import JOB_FIELDS, Actor
-from jobs.beat import switch_report
+from jobs.beat import schedule_errors, slot_fates, switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import NotTriggerable
@@ -72,6 +74,7 @@ from jobs.models import (
     DeliveryState,
     Incident,
     Job,
+    JobKind,
     JobRun,
     Lease,
     Node,
@@ -91,6 +94,10 @@ for _beat_model in (
 
 RECENT_RUNS = 20
 RECENT_AUDIT_ENTRIES = 10
+# The next slots a job's page lists with their fates (``jobs upcoming`` lists more).
+UPCOMING_ON_PAGE = 10
+# The slots a backfill's preview lists on its page at most (`jobs backfill --dry-run` lists all).
+PREVIEW_ON_PAGE = 1000
 
 # The admin index links the jobs dashboard (jobs.web.dashboard).
 admin.site.index_template = "admin/jobs_index.html"
@@ -307,7 +314,7 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "kind", "adopted", "task"]
     search_fields = ["name", "task"]
     actions = ["run_now", "pause", "resume", "release_lease", "mute_2h", "mute_1d", "unmute"]
-    now_fields = ["next_slot", "lease"]
+    now_fields = ["next_slot", "upcoming_slots", "lease"]
     record_fields = [
         "schedule",
         "runs_before",
@@ -448,6 +455,19 @@ class JobAdmin(admin.ModelAdmin):
     def next_slot(self, job: Job) -> str:
         return serializers.next_slot_words(job, timezone.now(), timestamps.display)
 
+    @admin.display(description="next slots and their fates")
+    def upcoming_slots(self, job: Job) -> SafeString | str:
+        """The next slots, each with what the beats make of it (jobs.beat.slot_fates)."""
+        if job.pk is None or job.kind == JobKind.TRIGGERED:
+            return "-"
+        try:
+            fates = slot_fates.upcoming(job, since=database_now(), count=UPCOMING_ON_PAGE)
+        except NotTriggerable:
+            return "none: a continuous job has no slots"
+        except Exception as exc:  # a row written around validation must not break the page
+            return f"cannot be worked out: {schedule_errors.describe(exc)}"
+        return render_to_string("admin/jobs/job/slot_fates.html", {"fates": fates})
+
     @admin.display(description="task", ordering="task")
     def task_name(self, job: Job) -> SafeString:
         """The dotted name on one line, its end in view (jobs.admin.one_line)."""
@@ -535,9 +555,15 @@ class JobAdmin(admin.ModelAdmin):
                 if result.dry_run:
                     self.message_user(
                         request,
-                        f"Would make {len(planned.missing)} run(s); {planned.on_record} slot(s) "
-                        "of the range already have one. Untick dry run to make them.",
+                        f"Would make {len(planned.missing)} run(s), listed below; "
+                        f"{planned.on_record} slot(s) of the range already have one. "
+                        "Make them to confirm.",
                         messages.INFO,
+                    )
+                    # The same range again, not dry: its button makes the runs listed.
+                    confirm = BackfillForm(initial={**data, "dry_run": False})
+                    return self._job_form_page(
+                        request, job, confirm, "Backfill", "Make these runs", result.fates
                     )
                 else:
                     self.message_user(
@@ -558,7 +584,13 @@ class JobAdmin(admin.ModelAdmin):
         return job
 
     def _job_form_page(
-        self, request: HttpRequest, job: Job, form: Any, title: str, submit: str
+        self,
+        request: HttpRequest,
+        job: Job,
+        form: Any,
+        title: str,
+        submit: str,
+        fates: Sequence[slot_fates.Fate] = (),
     ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
@@ -567,6 +599,9 @@ class JobAdmin(admin.ModelAdmin):
             "title": f"{title}: {job.name}",
             "form": form,
             "submit": submit,
+            # A backfill's preview, listed before the button that confirms it; a long one cut.
+            "fates": fates[:PREVIEW_ON_PAGE],
+            "more_fates": max(0, len(fates) - PREVIEW_ON_PAGE),
         }
         return TemplateResponse(request, "admin/jobs/job/job_form_page.html", context)
 

@@ -19,12 +19,14 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from jobs.beat.entries import schedule_of
+from jobs.beat.slot_fates import Fate
 from jobs.dispatch import publish_many
 from jobs.exceptions import NotTriggerable
 from jobs.guard import after_finish
-from jobs.guard.run_records import Claim, NewRun, blackout_of_pg, calendar_status_pg
+from jobs.guard.run_records import Claim, NewRun, calendar_status_pg, skip_reason_pg
 from jobs.models import SLOT_TRIGGERS, Job, JobKind, JobRun, Trigger
 from jobs.schedule import calendars, slots
+from jobs.schedule.kinds import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class BackfillPlan:
     on_record: int
     # Why the job's calendar skips each missing slot ("" when it runs), as the beats decide.
     reasons: tuple[str, ...] = ()
+    schedule: Schedule | None = None  # the job's schedule, read once by the plan
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class BackfillResult:
     plan: BackfillPlan
     created: int  # runs this call made (a concurrent backfill may have made the others)
     dry_run: bool
+    # A dry run's preview: each slot it would make a run for, with that run's fate.
+    fates: tuple[Fate, ...] = ()
 
 
 def plan(
@@ -102,18 +107,21 @@ def plan(
         slot = slots.next_slot(schedule, slot)
     zone = calendars.time_zone_of(schedule)
     try:
-        reasons = tuple(
-            calendars.skip_reason(
-                slot,
-                zone=zone,
-                business_days_only=job.business_days_only,
-                holiday_calendar=job.holiday_calendar,
-            )
-            for slot in missing
-        )
+        # The beats' verdict: what they skip is recorded skipped; after the job expired, they
+        # make no run, nor does a backfill.
+        verdicts = [(slot, calendars.verdict(slot, job, zone=zone)) for slot in missing]
     except ValueError as exc:
         raise ValidationError({"holiday_calendar": [str(exc)]}) from None
-    return BackfillPlan(job, since, until, tuple(missing), len(on_record), reasons)
+    kept = [(slot, verdict.reason) for slot, verdict in verdicts if verdict.scheduled]
+    return BackfillPlan(
+        job,
+        since,
+        until,
+        tuple(slot for slot, _ in kept),
+        len(on_record),
+        tuple(reason for _, reason in kept),
+        schedule,
+    )
 
 
 # One run per slot that has none, in one statement; the unique index one_run_per_slot decides
@@ -123,7 +131,7 @@ _INSERT_BACKFILL = f"""
 INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at, error)
 SELECT %(job)s, slot, 'backfill', {calendar_status_pg("why")}
   FROM (SELECT t.slot,
-               coalesce('blackout: ' || {blackout_of_pg("%(job)s", "t.slot")}, t.reason) AS why
+               {skip_reason_pg("%(job)s", "t.slot", "t.reason")} AS why
           FROM unnest(%(slots)s::timestamptz[], %(reasons)s::text[]) AS t(slot, reason)) AS d
 ON CONFLICT (job_id, scheduled_for) WHERE trigger IN ('scheduled', 'backfill') DO NOTHING
 """

@@ -22,6 +22,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
 from jobs import jsonvalues, text
+from jobs.beat.slot_fates import Fate
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.models import LIVE_LEASE, Incident, Job, JobRun, Lease, Node, RunStatus
 from jobs.registry import POLICY_FIELDS, JobSpec
@@ -256,8 +257,7 @@ def _shown(text: str, limit: int = 60) -> str:
     return repr(text) if len(text) <= limit else repr(text[: limit - 1]) + "…"
 
 
-@argument_type
-def positive_int(text: str) -> int:
+def _at_least_one(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -265,6 +265,22 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"{text!r}: must be at least 1")
     return value
+
+
+positive_int = argument_type(_at_least_one)
+
+
+def count_up_to(most: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``most``."""
+
+    @argument_type
+    def count(text: str) -> int:
+        value = _at_least_one(text)
+        if value > most:
+            raise ValueError(f"{text!r}: must be at most {most:,}")
+        return value
+
+    return count
 
 
 @argument_type
@@ -301,8 +317,13 @@ def reasons(text: str) -> list[str]:
 
 
 def jsonable(value: object) -> object:
+    """``value`` with its datetimes (nested in lists and dicts too) as ISO 8601 text."""
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: jsonable(item) for key, item in value.items()}
     return value
 
 
@@ -434,6 +455,25 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
         "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
+
+
+def fates_table(fates: Sequence[Fate]) -> str:
+    """Slots and their fates, one row each, the DST changes a slot crosses on lines under it."""
+    rows = [
+        (
+            fate.slot,
+            f"{fate.local_words} ({fate.zone})",
+            str(fate.outcome),
+            fate.reason,
+        )
+        for fate in fates
+    ]
+    lines = table(("SLOT (UTC)", "LOCAL", "FATE", "WHY"), rows).split("\n")
+    out = lines[:1]
+    for fate, line in zip(fates, lines[1:], strict=True):
+        out.append(line)
+        out.extend(f"    DST: {note}" for note in fate.dst)
+    return "\n".join(out)
 
 
 def first_line(text: str, limit: int = 60) -> str:

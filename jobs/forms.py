@@ -384,5 +384,7 @@ class BackfillForm(forms.Form):
         help_text="Refuse a range with more slots to fill than this.",
     )
     dry_run = forms.BooleanField(
-        required=False, initial=True, help_text="Only count the runs it would make."
+        required=False,
+        initial=True,
+        help_text="Make nothing: list the slots it would fill, and their fates, to confirm.",
     )

@@ -18,7 +18,7 @@ from django_celery_beat.models import PeriodicTask
 
 from jobs import audit, backfill, dependencies, jsonvalues, registry, text
 from jobs.audit import Actor
-from jobs.beat import entries
+from jobs.beat import entries, slot_fates
 from jobs.database_clock import database_now
 from jobs.dispatch import request_digest, trigger_now, trigger_once
 from jobs.exceptions import BadLockKey, BlackoutNotFound, JobNotFound
@@ -617,7 +617,9 @@ def backfill_job(
     job = get_job(name)
     planned = backfill.plan(job, since, until, now=database_now(), max_runs=max_runs)
     if dry_run:
-        return backfill.BackfillResult(planned, created=0, dry_run=True)
+        assert planned.schedule is not None  # the plan read it
+        fates = slot_fates.of_slots(job, planned.schedule, planned.missing)
+        return backfill.BackfillResult(planned, created=0, dry_run=True, fates=tuple(fates))
     created = backfill.create(planned)
     audit.record(
         actor,

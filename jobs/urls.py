@@ -24,6 +24,7 @@ urlpatterns = [
     path("api/jobs/<str:name>/pause", api.job_pause, name="api_job_pause"),
     path("api/jobs/<str:name>/resume", api.job_resume, name="api_job_resume"),
     path("api/jobs/<str:name>/runs", api.job_runs, name="api_job_runs"),
+    path("api/jobs/<str:name>/upcoming", api.job_upcoming, name="api_job_upcoming"),
     path("api/jobs/<str:name>/backfill", api.job_backfill, name="api_job_backfill"),
     path("api/runs", api.runs_collection, name="api_runs"),
     path("api/runs/<str:run_id>", api.run_detail, name="api_run"),

@@ -278,17 +278,10 @@ def _expected_to_run(
         return True
     zone = calendars.time_zone_of(schedule)
     for slot in window.slots:
-        if not calendars.is_active(slot, job.active_from, job.active_until) or job.expired(slot):
-            continue
         if any(b.job_id in (None, job.pk) and b.starts_at <= slot < b.ends_at for b in blackouts):
             continue
-        reason = calendars.skip_reason(
-            slot,
-            zone=zone,
-            business_days_only=job.business_days_only,
-            holiday_calendar=job.holiday_calendar,
-        )
-        if not reason:
+        decided = calendars.verdict(slot, job, zone=zone)
+        if decided.scheduled and not decided.reason:
             return True
     return False
 

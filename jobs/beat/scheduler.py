@@ -485,21 +485,15 @@ class ClusterScheduler(Scheduler):
         kept: list[tuple[_Entry, datetime]] = []
         reasons: dict[tuple[int, datetime], str] = {}
         for entry, slot in fire:
-            if not entry.is_active(slot):
-                continue
             job = entry.job
             try:
-                reason = calendars.skip_reason(
-                    slot,
-                    zone=calendars.time_zone_of(entry.schedule),
-                    business_days_only=job.business_days_only,
-                    holiday_calendar=job.holiday_calendar,
-                )
+                decided = calendars.verdict(slot, job, zone=calendars.time_zone_of(entry.schedule))
             except Exception as exc:
                 self._put_aside(entry.job_id, job.name, exc)
                 continue
-            kept.append((entry, slot))
-            reasons[entry.job_id, slot] = reason
+            if decided.scheduled:
+                kept.append((entry, slot))
+                reasons[entry.job_id, slot] = decided.reason
         return kept, reasons
 
     # --- loading jobs -----------------------------------------------------------------------

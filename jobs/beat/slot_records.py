@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection
 
-from jobs.guard.run_records import NewRun, blackout_of_pg, calendar_status_pg
+from jobs.guard.run_records import NewRun, calendar_status_pg, skip_reason_pg
 
 # Guarantee 1: the partial unique index makes the first insert of a slot win; every other beat's
 # insert of the same slot does nothing and returns no row, so only the winner publishes. The
@@ -27,7 +27,7 @@ _INSERT_SLOTS = f"""
 INSERT INTO jobs_jobrun (job_id, scheduled_for, trigger, status, finished_at, error)
 SELECT job_id, slot, 'scheduled', {calendar_status_pg("why")}
   FROM (SELECT t.job_id, t.slot,
-               coalesce('blackout: ' || {blackout_of_pg("t.job_id", "t.slot")}, t.reason, '')
+               {skip_reason_pg("t.job_id", "t.slot", "t.reason")}
                  AS why  -- no reasons given: unnest pads the empty array with nulls
           FROM unnest(string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::timestamptz[],
                       coalesce(%s::text[], '{{}}')) AS t(job_id, slot, reason)

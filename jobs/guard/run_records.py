@@ -118,6 +118,14 @@ def blackout_of_pg(job_id: str, slot: str) -> str:
                ORDER BY b.starts_at, b.id LIMIT 1)"""
 
 
+def skip_reason_pg(job_id: str, slot: str, reason: str) -> str:
+    """SQL: why ``slot`` of job ``job_id`` is recorded skipped, "" when it runs: its blackout
+    window (``'blackout: ' || name``), which wins, else ``reason``, its calendar's (the beat's
+    ``jobs.schedule.calendars.verdict``, "" or NULL for none). Every statement that makes a
+    slot's run, and the preview of slots (``jobs.beat.slot_fates``), asks it."""
+    return f"coalesce('blackout: ' || {blackout_of_pg(job_id, slot)}, {reason}, '')"
+
+
 def calendar_status_pg(why: str) -> str:
     """SQL: the status, finished_at and error columns of a slot's new run that the calendar
     skips when ``why`` (its reason, "" for none) says so."""

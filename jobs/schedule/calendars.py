@@ -7,8 +7,10 @@ by the statement that inserts the slot (``jobs.guard.run_records.blackout_of_pg`
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 import holidays
@@ -76,6 +78,47 @@ def skip_reason(
         if name is not None:
             return f"holiday: {name} on {day.isoformat()} ({holiday_calendar})"
     return ""
+
+
+class Calendar(Protocol):
+    """What of a job its calendar reads (a ``Job`` has it all)."""
+
+    active_from: datetime | None
+    active_until: datetime | None
+    expires_at: datetime | None
+    business_days_only: bool
+    holiday_calendar: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the beats make of one slot: nothing at all (``scheduled`` False, outside the job's
+    active period or after it expired), a run skipped (``reason``), or a run (``reason`` "")."""
+
+    scheduled: bool
+    reason: str
+
+
+def verdict(slot: datetime, job: Calendar, *, zone: str) -> Verdict:
+    """The beats' decision on ``slot`` of ``job`` short of blackout windows (rows, which the
+    insert reads: ``jobs.guard.run_records.skip_reason_pg``); ``ValueError`` for a holiday
+    calendar that cannot be read. The beat (``jobs.beat.scheduler``), backfills and the preview
+    of slots to come (``jobs.beat.slot_fates``) all ask it."""
+    if not is_active(slot, job.active_from, job.active_until):
+        end = "active_from" if job.active_from and slot < job.active_from else "active_until"
+        bound = job.active_from if end == "active_from" else job.active_until
+        assert bound is not None
+        side = "before" if end == "active_from" else "after"
+        return Verdict(False, f"inactive: {side} the job's {end} {bound.isoformat()}")
+    if job.expires_at is not None and slot >= job.expires_at:
+        return Verdict(False, f"expired: the job expires at {job.expires_at.isoformat()}")
+    reason = skip_reason(
+        slot,
+        zone=zone,
+        business_days_only=job.business_days_only,
+        holiday_calendar=job.holiday_calendar,
+    )
+    return Verdict(True, reason)
 
 
 def is_active(slot: datetime, active_from: datetime | None, active_until: datetime | None) -> bool:

@@ -62,6 +62,19 @@ def cron_latest(expr: str, tz: str, now: datetime) -> datetime:
     raise RuntimeError(f"no slot of {expr!r} in {tz} before {now.isoformat()}")  # pragma: no cover
 
 
+def cron_walls(expr: str, start: datetime, end: datetime) -> list[datetime]:
+    """The wall-clock minutes ``start <= w < end`` (naive) that ``expr`` matches, whether or not
+    they exist in a zone (a DST gap) or exist twice (a repeated hour)."""
+    matches = croniter(expr, _as_fake_utc(start - _ONE_MICROSECOND), day_or=False)
+    found: list[datetime] = []
+    while len(found) < _MAX_WALK:
+        wall = _as_naive(_never_fires_if_raises(matches.get_next, expr))
+        if wall >= end:
+            break
+        found.append(wall)
+    return found
+
+
 def _never_fires_if_raises(step: Callable[[type[datetime]], datetime], expr: str) -> datetime:
     try:
         return step(datetime)

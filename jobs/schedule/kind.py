@@ -93,6 +93,12 @@ class ScheduleKind:
         """The zone the schedule is read in, if it names one."""
         return None
 
+    def wall_times(self, start: datetime, end: datetime) -> list[datetime] | None:
+        """The wall-clock times ``start <= w < end`` (naive, in ``time_zone``) a kind that
+        matches wall clocks matches, so a preview can say which of them a DST change moves or
+        repeats (``jobs.schedule.dst``); ``None`` for a kind whose slots are not wall times."""
+        return None
+
     def describe(self) -> str:
         """The schedule in words, for the admin and the CLI."""
         raise NotImplementedError

@@ -191,6 +191,9 @@ class Cron(ScheduleKind):
     def next_slot(self, now: datetime) -> datetime | None:
         return cron.cron_next(canonical_cron(self.expr), self.tz, now.astimezone(UTC))
 
+    def wall_times(self, start: datetime, end: datetime) -> list[datetime]:
+        return cron.cron_walls(canonical_cron(self.expr), start, end)
+
     def describe(self) -> str:
         words, days_note = _cron_in_words(self.expr)
         return f"{words} ({self.tz}){days_note}"

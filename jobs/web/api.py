@@ -37,6 +37,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from jobs import backfill, jsonvalues, services, text
 from jobs.audit import Actor
+from jobs.beat import slot_fates
+from jobs.database_clock import database_now
 from jobs.exceptions import IdempotencyKeyReused, NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_ALERT_REASONS,
@@ -726,6 +728,35 @@ def job_runs(request: HttpRequest, name: str) -> HttpResponse:
         return response
     query = Query(request, RUN_FILTERS)
     return _run_page(request, query, JobRun.objects.filter(job=job))
+
+
+UPCOMING_PARAMETERS = ("count", "since")
+
+
+@endpoint({"GET": "jobs.view_job"})
+def job_upcoming(request: HttpRequest, name: str) -> HttpResponse:
+    """The job's next slots, each with its fate (``jobs.beat.slot_fates``)."""
+    problem = text.problem(name)
+    if problem is not None:
+        raise invalid({"name": [f"must be storable text: it {problem}"]})
+    query = Query(request, UPCOMING_PARAMETERS)
+    count = query.integer("count", slot_fates.DEFAULT_COUNT, 1, slot_fates.MAX_COUNT)
+    since = query.instant("since")
+    query.check()
+    job = services.get_job(name)
+    since = since or database_now()  # the beats fire by the database's clock
+    try:
+        fates = slot_fates.upcoming(job, since=since, count=count)
+    except ValidationError as exc:
+        raise invalid(_field_errors(exc)) from None
+    return JsonResponse(
+        {
+            "job": job.name,
+            "schedule": serializers.schedule_words(job),
+            "since": since,
+            "results": [serializers.fate_record(fate) for fate in fates],
+        }
+    )
 
 
 @endpoint({"POST": "jobs.change_job"})

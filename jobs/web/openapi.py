@@ -15,6 +15,9 @@ from django.db.models import IntegerField
 from jobs import text
 from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
 from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
+from jobs.beat.slot_fates import DEFAULT_COUNT as DEFAULT_UPCOMING
+from jobs.beat.slot_fates import MAX_COUNT as MAX_UPCOMING
+from jobs.beat.slot_fates import Outcome
 from jobs.models import (
     JOB_ALERT_REASONS,
     MAX_PAUSE_REASON,
@@ -55,7 +58,7 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 _DATETIME = {"type": "string", "format": "date-time"}
 _BACKFILL_FIELDS = [
     *("job", "since", "until", "dry_run", "missing", "on_record", "created"),
-    *("first_slot", "last_slot"),
+    *("first_slot", "last_slot", "slots"),
 ]
 _ERRORS = {
     "401": _error("No credentials, or an unknown or revoked token."),
@@ -543,6 +546,58 @@ _SCHEMAS: dict[str, Any] = {
             "created": {"type": "integer", "description": "Runs this request made."},
             "first_slot": _nullable(_DATETIME),
             "last_slot": _nullable(_DATETIME),
+            "slots": {
+                "type": "array",
+                "items": _ref("SlotFate"),
+                "description": "A dry run: each slot it would fill, with that run's fate "
+                "(empty for a backfill made).",
+            },
+        },
+    },
+    "SlotFate": {
+        "type": "object",
+        "required": ["slot", "local", "zone", "fate", "reason", "blackout", "dst"],
+        "properties": {
+            "slot": {**_DATETIME, "description": "The slot, in UTC."},
+            "local": {
+                "type": "string",
+                "description": "The slot on the job's wall clock, with its offset (ISO 8601).",
+            },
+            "zone": {"type": "string", "description": "The zone its days are judged in."},
+            "fate": {
+                "type": "string",
+                "enum": [str(outcome) for outcome in Outcome],
+                "description": "`runs`: a run is recorded and sent; `skipped`: a run is "
+                "recorded skipped, saying why; `not scheduled`: no run (outside the job's "
+                "active period, after it expired, or while it is paused).",
+            },
+            "reason": _nullable(
+                {
+                    "type": "string",
+                    "description": "Why it is skipped (the error its run is recorded with: "
+                    "`blackout: NAME`, `weekend: ...`, `holiday: ...`) or not scheduled.",
+                }
+            ),
+            "blackout": _nullable(
+                {"type": "string", "description": "The blackout window that skips it."}
+            ),
+            "dst": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The DST changes it crosses since the slot before, and what "
+                "they do to it (a wall time that does not exist, or comes twice), in the job's "
+                "zone and in UTC.",
+            },
+        },
+    },
+    "Upcoming": {
+        "type": "object",
+        "required": ["job", "schedule", "since", "results"],
+        "properties": {
+            "job": {"type": "string"},
+            "schedule": {"type": "string", "description": "The schedule in words."},
+            "since": {**_DATETIME, "description": "Slots at or after this instant are listed."},
+            "results": {"type": "array", "items": _ref("SlotFate")},
         },
     },
     "RunList": {
@@ -773,6 +828,41 @@ def schema() -> dict[str, Any]:
                     },
                 },
             },
+            "/api/jobs/{name}/upcoming": {
+                "parameters": [_JOB_NAME],
+                "get": {
+                    "operationId": "listUpcomingSlots",
+                    "summary": "The job's next slots, each with its fate.",
+                    "description": "Worked out by the code the beats fire from: whether each "
+                    "slot runs, is skipped by a blackout window (named) or the job's calendar "
+                    "(weekends, holidays), or gets no run (outside the job's active period, "
+                    "after it expired, paused), and the DST changes it crosses.",
+                    "parameters": [
+                        _query(
+                            "count",
+                            "How many slots.",
+                            {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": MAX_UPCOMING,
+                                "default": DEFAULT_UPCOMING,
+                            },
+                        ),
+                        _query(
+                            "since",
+                            "The first slot listed is at or after this instant (default: now).",
+                            _DATETIME,
+                        ),
+                    ],
+                    "responses": {
+                        "200": _json("The slots, in order.", _ref("Upcoming")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        "409": _error("A continuous job: it has no slots."),
+                        **_ERRORS,
+                    },
+                },
+            },
             "/api/jobs/{name}/backfill": {
                 "parameters": [_JOB_NAME],
                 "post": {
@@ -782,7 +872,7 @@ def schema() -> dict[str, Any]:
                     "it (two concurrent backfills of one range make each run once); they run "
                     "one at a time, oldest slot first, each within its start deadline from its "
                     "release. A range with more slots to fill than `max_runs` is refused; "
-                    "`dry_run` only counts.",
+                    "`dry_run` makes nothing and lists each slot it would fill with its fate.",
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": _ref("BackfillRequest")}},

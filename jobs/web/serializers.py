@@ -9,6 +9,7 @@ from typing import Any
 
 from jobs.backfill import BackfillResult
 from jobs.beat import entries, schedule_errors
+from jobs.beat.slot_fates import Fate
 from jobs.conf import get_ops_conf
 from jobs.messages import task_id_for
 from jobs.models import AuditEntry, Job, JobKind, JobRun, RunStatus, ScheduleError, Trigger
@@ -199,4 +200,20 @@ def backfill_record(result: BackfillResult) -> dict[str, Any]:
         "created": result.created,
         "first_slot": planned.missing[0] if planned.missing else None,
         "last_slot": planned.missing[-1] if planned.missing else None,
+        # A dry run lists each slot it would fill and that run's fate; a real one lists none.
+        "slots": [fate_record(fate) for fate in result.fates],
+    }
+
+
+def fate_record(fate: Fate) -> dict[str, Any]:
+    """One slot to come (or of a backfill's dry run) and what the beats make of it, for the
+    API, ``jobs upcoming --json`` and ``jobs backfill --dry-run --json``."""
+    return {
+        "slot": fate.slot,
+        "local": fate.local.isoformat(),
+        "zone": fate.zone,
+        "fate": str(fate.outcome),
+        "reason": fate.reason or None,
+        "blackout": fate.blackout or None,
+        "dst": list(fate.dst),
     }

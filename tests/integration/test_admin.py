@@ -861,6 +861,8 @@ def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_cli
     assert not Incident.objects.filter(job=stored, resolved_at__isnull=True).exists()
     rows = _readonly_rows(page)
     assert re.fullmatch(INSTANT, rows.pop("Next slot"))
+    fates = rows.pop("Next slots and their fates")  # each slot with its fate (test_slot_fates)
+    assert fates.startswith("slot (UTC)") and fates.count("runs") == 10
     assert rows == {
         "Lease holder #token": f"{held.holder} #{held.token}",
         "Schedule": serializers.schedule_words(stored),

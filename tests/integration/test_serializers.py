@@ -216,6 +216,7 @@ def test_backfill_record(make_job: Callable[..., Job]) -> None:
         "created": 3,
         "first_slot": slots[0],
         "last_slot": slots[-1],
+        "slots": [],  # only a dry run lists them
     }
     empty = BackfillPlan(job=job, since=NOW, until=NOW, missing=(), on_record=0)
     nothing = serializers.backfill_record(BackfillResult(plan=empty, created=0, dry_run=True))

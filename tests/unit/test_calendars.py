@@ -3,6 +3,7 @@ local date in the job's time zone, across DST changes; the active period; bad ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -90,3 +91,38 @@ def test_the_active_period_includes_both_ends_and_open_ends() -> None:
     assert not calendars.is_active(datetime(2025, 12, 31, tzinfo=UTC), start, end)
     assert not calendars.is_active(datetime(2026, 2, 1, 0, 0, 1, tzinfo=UTC), start, end)
     assert calendars.is_active(start, None, None)
+
+
+@dataclass
+class _Calendar:
+    """What of a job ``calendars.verdict`` reads."""
+
+    active_from: datetime | None = None
+    active_until: datetime | None = None
+    expires_at: datetime | None = None
+    business_days_only: bool = False
+    holiday_calendar: str = ""
+
+
+def test_the_verdict_says_whether_a_slot_gets_a_run_and_why_not() -> None:
+    saturday = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    later = datetime(2026, 12, 1, tzinfo=UTC)
+    earlier = datetime(2026, 11, 1, tzinfo=UTC)
+    assert calendars.verdict(saturday, _Calendar(), zone="UTC") == calendars.Verdict(True, "")
+    assert calendars.verdict(saturday, _Calendar(business_days_only=True), zone="UTC") == (
+        calendars.Verdict(True, "weekend: Saturday 2026-11-28 (UTC) is not a business day")
+    )
+    assert calendars.verdict(saturday, _Calendar(active_from=later), zone="UTC") == (
+        calendars.Verdict(False, "inactive: before the job's active_from 2026-12-01T00:00:00+00:00")
+    )
+    assert calendars.verdict(saturday, _Calendar(active_until=earlier), zone="UTC") == (
+        calendars.Verdict(False, "inactive: after the job's active_until 2026-11-01T00:00:00+00:00")
+    )
+    assert calendars.verdict(saturday, _Calendar(expires_at=saturday), zone="UTC") == (
+        calendars.Verdict(False, "expired: the job expires at 2026-11-28T12:00:00+00:00")
+    )
+    # Outside the active period, a calendar that cannot be read is not even asked (as the beat).
+    broken = _Calendar(active_from=later, holiday_calendar="XX")
+    assert not calendars.verdict(saturday, broken, zone="UTC").scheduled
+    with pytest.raises(ValueError, match="XX"):
+        calendars.verdict(saturday, _Calendar(holiday_calendar="XX"), zone="UTC")

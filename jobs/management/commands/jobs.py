@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from jobs import backfill, cli, registry, services
 from jobs.audit import Actor
-from jobs.beat import adoption, configured, switch_report
+from jobs.beat import adoption, configured, slot_fates, switch_report
 from jobs.continuous.nodes import with_liveness
 from jobs.database_clock import database_now
 from jobs.exceptions import NotFound, NotTriggerable
@@ -68,6 +68,7 @@ VERBS = (
     "incidents",
     "adopt",
     "backfill",
+    "upcoming",
     "blackout",
     "after",
 )
@@ -75,7 +76,8 @@ VERBS = (
 EXIT_STATUS = """\
 exit status:
   0  done
-  1  runtime error: no job with that name (show, run, backfill, pause, resume, remove, runs JOB)
+  1  runtime error: no job with that name (show, run, backfill, upcoming, pause, resume,
+     remove, runs JOB)
   2  usage or validation error: an unknown, missing or conflicting flag, a bad value, or a job
      the services reject (unknown task, duplicate name, bad cron or time zone, bad arguments)
 Errors are one line on stderr: "jobs VERB: error: FLAG: what is wrong".
@@ -188,8 +190,29 @@ class Command(BaseCommand):
             "--max-runs", type=cli.positive_int, default=backfill.DEFAULT_MAX_RUNS, metavar="N",
             help=f"Refuse a range with more than N slots to fill ({backfill.DEFAULT_MAX_RUNS:,}).",
         )  # fmt: skip
-        fill.add_argument("--dry-run", action="store_true", help="Make nothing, only count.")
+        fill.add_argument(
+            "--dry-run", action="store_true",
+            help="Make nothing: list each slot it would fill and that run's fate.",
+        )  # fmt: skip
         fill.add_argument("--json", action="store_true", help="Print a JSON object.")
+        text = (
+            "List the job's next slots and what the beats make of each: it runs; it is skipped "
+            "by a blackout window or its calendar (weekends, holidays); no run (outside its "
+            "active period, expired, paused); and the DST changes each crosses."
+        )
+        upcoming = verbs.add_parser("upcoming", verb="upcoming", help=text, description=text)
+        upcoming.add_argument("name", metavar="NAME")
+        upcoming.add_argument(
+            "--count", type=cli.count_up_to(slot_fates.MAX_COUNT),
+            default=slot_fates.DEFAULT_COUNT, metavar="N",
+            help=f"How many slots ({slot_fates.DEFAULT_COUNT}; at most "
+            f"{slot_fates.MAX_COUNT:,}).",
+        )  # fmt: skip
+        upcoming.add_argument(
+            "--since", type=cli.instant, metavar="WHEN",
+            help="From this instant on (ISO 8601, UTC if no offset; default: now).",
+        )  # fmt: skip
+        upcoming.add_argument("--json", action="store_true", help="Print a JSON object.")
         text = "Show or set the jobs a job runs after (its upstreams)."
         after = verbs.add_parser("after", verb="after", help=text, description=text)
         after.add_argument("name", metavar="NAME")
@@ -490,6 +513,28 @@ class Command(BaseCommand):
             f"{cli.cell(planned.until)}: {made} run(s); {planned.on_record} slot(s) already "
             "have one"
         )
+        if result.dry_run and result.fates:
+            self.stdout.write(cli.fates_table(result.fates))
+
+    def _verb_upcoming(self, options: dict[str, Any]) -> None:
+        job = services.get_job(options["name"])
+        since = options["since"] or database_now()  # the beats fire by the database's clock
+        flags = {"count": "--count", "since": "--since"}
+        with cli.validated("upcoming", flags):
+            fates = slot_fates.upcoming(job, since=since, count=options["count"])
+        if options["json"]:
+            record = {
+                "job": job.name,
+                "schedule": schedule_words(job),
+                "since": since,
+                "results": [serializers.fate_record(fate) for fate in fates],
+            }
+            self._json(cli.jsonable(record))
+            return
+        self.stdout.write(
+            f"next slots of {job.name} ({schedule_words(job)}) from {cli.cell(since)}:"
+        )
+        self.stdout.write(cli.fates_table(fates) if fates else "no slot to come")
 
     def _verb_after(self, options: dict[str, Any]) -> None:
         job = services.get_job(options["name"])
