@@ -100,7 +100,7 @@ def measure(calls: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
         )
 
     def celery_delay(i: int) -> None:
-        bench_tasks.plain_noop.apply_async([i], queue=QUEUE)
+        bench_tasks.plain_noop.apply_async((i,), queue=QUEUE)
 
     def runs_of(kind: str) -> Callable[[int], object]:
         def run(i: int) -> None:
