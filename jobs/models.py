@@ -353,7 +353,7 @@ class Job(DistinctName, models.Model):
     queue = models.CharField(
         max_length=100,
         default="default",
-        validators=[no_control_characters("A queue name")],
+        validators=[no_control_characters("A queue name"), no_invisible_characters("A queue name")],
         help_text="Celery queue.",
     )
     # 0-9, 9 first, whichever the broker: the range both honour alike (Celery's Redis transport
@@ -484,14 +484,20 @@ class Job(DistinctName, models.Model):
         max_length=200,
         blank=True,
         default="",
-        validators=[no_control_characters("An exchange name")],
+        validators=[
+            no_control_characters("An exchange name"),
+            no_invisible_characters("An exchange name"),
+        ],
         help_text="Celery exchange (blank: the queue's).",
     )
     routing_key = models.CharField(
         max_length=200,
         blank=True,
         default="",
-        validators=[no_control_characters("A routing key")],
+        validators=[
+            no_control_characters("A routing key"),
+            no_invisible_characters("A routing key"),
+        ],
         help_text="Celery routing key (blank: the queue's).",
     )
     # An adopted django-celery-beat row's absolute expires (jobs.beat.retiring): as under

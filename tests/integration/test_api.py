@@ -633,6 +633,14 @@ def test_a_name_with_a_control_character_is_a_400_naming_the_field(
                  "character."]
     }  # fmt: skip
     assert Job.objects.get(name="report").queue == "default"
+    # One that reads like another: a right-to-left override in it.
+    answer = api.patch(
+        "/api/jobs/report", {"queue": "stroper\u202e"}, content_type="application/json"
+    )
+    assert answer.status_code == 400
+    (message,) = answer.json()["fields"]["queue"]
+    assert "cannot contain an invisible or format character" in message
+    assert Job.objects.get(name="report").queue == "default"
     assert not Blackout.objects.exists()
 
 

@@ -283,6 +283,13 @@ BAD_ADD_INPUT = [
         "jobs add: error: --queue: A queue name cannot contain a line break",
         id="queue-line-separator",
     ),
+    # A queue that reads like another (issue 41's follow-up): its runs go to a queue no worker
+    # consumes while `jobs list` shows the one they do.
+    pytest.param(
+        ["--every", "10s", "--queue", "re\u200bports"],
+        "jobs add: error: --queue: A queue name cannot contain an invisible or format character",
+        id="queue-zero-width-space",
+    ),
     pytest.param(
         ["--every", "1m", "--task", "tests.by_city", "--kwargs", '{"log": "-", "city": "a\\nb"}'],
         "jobs add: error: --kwargs: The lock key of tests.by_city contains a line break or another "

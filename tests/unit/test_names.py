@@ -8,6 +8,7 @@ import unicodedata
 import pytest
 from django.core.exceptions import ValidationError
 
+from jobs.models import Job
 from jobs.names import (
     INVISIBLE_CHARACTERS,
     MAX_JOB_NAME,
@@ -127,3 +128,15 @@ def test_names_that_print_differently_do_not(one: str, other: str) -> None:
 def test_an_entry_key_with_an_invisible_character_names_it_in_its_job_name() -> None:
     assert job_name_for("demo.\u202equick\u200b") == "demo.[U+202E]quick[U+200B]"
     assert not job_name_problems(job_name_for("demo.\u202equick\u200b"))
+
+
+def test_routing_names_refuse_what_reads_like_another() -> None:
+    """A queue, exchange or routing key with an invisible character routes elsewhere than the
+    name it prints as."""
+    for field, value in (
+        ("queue", "re\u200bports"),
+        ("exchange", "x\u2060"),
+        ("routing_key", "\ufeffk"),
+    ):
+        with pytest.raises(ValidationError, match="invisible or format character"):
+            Job._meta.get_field(field).run_validators(value)
