@@ -107,6 +107,10 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "active_until": {"type": cli.instant, "metavar": "TIME"},
     "alert_channels": {"choices": alert_channel_values()},
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
+    "max_duration": {"type": cli.duration, "metavar": "DURATION"},
+    "long_run_factor": {"type": float, "metavar": "X"},
+    "expected_min_duration": {"type": cli.duration, "metavar": "DURATION"},
+    "baseline_alerts": {"type": cli.yes_no, "metavar": "yes|no"},
 }
 
 
