@@ -451,7 +451,7 @@ class Job(DistinctName, models.Model):
         help_text="A run is running long past this many times the p95 of its last successful "
         "durations (empty: 3).",
     )
-    expected_min_duration = models.PositiveIntegerField(
+    min_duration = models.PositiveIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1)],
@@ -606,12 +606,12 @@ class Job(DistinctName, models.Model):
             except ValueError as exc:
                 raise ValidationError({"holiday_calendar": str(exc)}) from None
         if (
-            self.expected_min_duration is not None
+            self.min_duration is not None
             and self.max_duration is not None
-            and self.expected_min_duration >= self.max_duration
+            and self.min_duration >= self.max_duration
         ):
             raise ValidationError(
-                {"expected_min_duration": f"Must be below the maximum duration "
+                {"min_duration": f"Must be below the maximum duration "
                  f"({self.max_duration} s): a run cannot be both too short and running long."}
             )  # fmt: skip
         if self.active_from and self.active_until and self.active_until <= self.active_from:

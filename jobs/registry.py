@@ -72,7 +72,7 @@ POLICY_FIELDS: tuple[str, ...] = (
     # how its runs' durations are judged (jobs.alerts.baseline)
     "max_duration",
     "long_run_factor",
-    "expected_min_duration",
+    "min_duration",
     "baseline_alerts",
 )
 

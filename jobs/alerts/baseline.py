@@ -13,7 +13,7 @@ sooner than ``LONG_RUN_FLOOR``. The floor is low enough for a one-second job han
 seconds to be noticed, high enough for a job of milliseconds not to be called long over a
 database hiccup.
 
-A success is **too short** under the job's ``expected_min_duration``, or, with at least
+A success is **too short** under the job's ``min_duration``, or, with at least
 ``SHORT_MIN_SAMPLES`` successes before it, under ``SHORT_FRACTION`` of their median and by at
 least ``SHORT_MARGIN`` (a job of a few milliseconds is never too short by its baseline: its
 jitter is its duration).
@@ -69,7 +69,7 @@ class DurationRules:
     time_limit: int | None = None  # the soft limit, else the hard one
     max_duration: int | None = None
     long_run_factor: float | None = None
-    expected_min_duration: int | None = None
+    min_duration: int | None = None
     baseline_alerts: bool = True
 
     @property
@@ -108,11 +108,11 @@ def long_run_limit(rules: DurationRules, baseline: Baseline | None) -> Limit | N
 def short_threshold(rules: DurationRules, baseline: Baseline | None) -> Limit | None:
     """The duration under which a success is too short; ``None``: none is."""
     limits = []
-    if rules.expected_min_duration is not None:
+    if rules.min_duration is not None:
         limits.append(
             Limit(
-                float(rules.expected_min_duration),
-                f"its expected minimum of {rules.expected_min_duration} s",
+                float(rules.min_duration),
+                f"its minimum duration of {rules.min_duration} s",
             )
         )
     if rules.baseline_alerts and baseline is not None and baseline.samples >= SHORT_MIN_SAMPLES:

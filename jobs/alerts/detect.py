@@ -102,7 +102,7 @@ def _opened(incident_id: int | None, message: str, **extra: object) -> None:
 
 # A job's duration settings, as DurationRules takes them, after its table's alias "j".
 _RULES = """coalesce(j.soft_time_limit, j.time_limit), j.max_duration, j.long_run_factor,
-       j.expected_min_duration, j.baseline_alerts"""
+       j.min_duration, j.baseline_alerts"""
 
 # Runs old enough to be suspects: past the shortest limit any rule could give them.
 _RUNNING_LONG = f"""

@@ -49,7 +49,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='job',
-            name='expected_min_duration',
+            name='min_duration',
             field=models.PositiveIntegerField(blank=True, help_text='Seconds under which a success is too short: the run that did nothing (empty: only its baseline judges).', null=True, validators=[django.core.validators.MinValueValidator(1)]),
         ),
         migrations.AddField(

@@ -631,7 +631,7 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "after": _names,
     "max_duration": _job_whole("max_duration", nullable=True),
     "long_run_factor": _job_number("long_run_factor", nullable=True),
-    "expected_min_duration": _job_whole("expected_min_duration", nullable=True),
+    "min_duration": _job_whole("min_duration", nullable=True),
     "baseline_alerts": _boolean,
 }
 

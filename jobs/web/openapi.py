@@ -228,8 +228,8 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
         "description": "A run is running long past this many times the p95 of its last "
         "successful durations; null: 3.",
     },
-    "expected_min_duration": {
-        **_nullable(_whole("expected_min_duration")),
+    "min_duration": {
+        **_nullable(_whole("min_duration")),
         "description": "Seconds under which a success is too short; null: only the baseline "
         "judges.",
     },

@@ -255,11 +255,11 @@ def test_too_few_runs_make_no_baseline_to_be_too_short_against(
 def test_a_success_under_its_declared_minimum_is_too_short_without_a_baseline(
     make_job: Callable[..., Job],
 ) -> None:
-    job = make_job("did_nothing", expected_min_duration=30, baseline_alerts=False)
+    job = make_job("did_nothing", min_duration=30, baseline_alerts=False)
     _succeeded(job, duration=2, ago=5)
     run = JobRun.objects.get(job=job)
     assert detect.check_too_short() == [run.pk]
-    assert "expected minimum of 30 s" in Incident.objects.get(job=job).summary
+    assert "minimum duration of 30 s" in Incident.objects.get(job=job).summary
 
 
 # --- overdue ----------------------------------------------------------------------------------

@@ -86,9 +86,9 @@ def test_the_long_run_limit_says_its_basis() -> None:
         (DurationRules(), Baseline(20, 0.4, 0.5), 0.001, False),
         (DurationRules(baseline_alerts=False), ONE_SECOND, 0.01, False),
         # The declared minimum: the job that did nothing, baseline or not.
-        (DurationRules(expected_min_duration=5), None, 4.9, True),
-        (DurationRules(expected_min_duration=5), None, 5.0, False),
-        (DurationRules(expected_min_duration=5, baseline_alerts=False), ONE_SECOND, 2, True),
+        (DurationRules(min_duration=5), None, 4.9, True),
+        (DurationRules(min_duration=5), None, 5.0, False),
+        (DurationRules(min_duration=5, baseline_alerts=False), ONE_SECOND, 2, True),
     ],
 )
 def test_too_short(
@@ -99,7 +99,7 @@ def test_too_short(
 
 def test_the_short_threshold_is_the_higher_of_the_minimum_and_the_baseline() -> None:
     known = Baseline(20, 100.0, 120.0)
-    threshold = short_threshold(DurationRules(expected_min_duration=5), known)
+    threshold = short_threshold(DurationRules(min_duration=5), known)
     assert threshold is not None
     assert threshold.seconds == 10.0
     assert threshold.basis == "0.1 x its baseline (median 100.00 s of its last 20 successes)"

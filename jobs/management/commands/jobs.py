@@ -109,7 +109,7 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
     "max_duration": {"type": cli.duration, "metavar": "DURATION"},
     "long_run_factor": {"type": float, "metavar": "X"},
-    "expected_min_duration": {"type": cli.duration, "metavar": "DURATION"},
+    "min_duration": {"type": cli.duration, "metavar": "DURATION"},
     "baseline_alerts": {"type": cli.yes_no, "metavar": "yes|no"},
 }
 
