@@ -155,6 +155,19 @@ def baselines(runs: dict[int, int | None]) -> dict[int, Baseline | None]:
         return {job_id: Baseline.of(durations) for job_id, durations in cursor.fetchall()}
 
 
+def duration_rules(job: Job) -> DurationRules:
+    """``job``'s settings for judging its runs' durations."""
+    limit = job.soft_time_limit if job.soft_time_limit is not None else job.time_limit
+    return DurationRules(
+        limit, job.max_duration, job.long_run_factor, job.min_duration, job.baseline_alerts
+    )
+
+
+def baseline_of(job: Job) -> Baseline | None:
+    """``job``'s baseline now (its last successes)."""
+    return baselines({job.pk: None}).get(job.pk)
+
+
 def _rules(row: Sequence[Any]) -> DurationRules:
     time_limit, max_duration, factor, minimum, on = row
     return DurationRules(time_limit, max_duration, factor, minimum, on)
