@@ -135,8 +135,10 @@ def validate_alert_reasons(value: object) -> None:
         raise ValidationError('A list of reasons, e.g. ["failed", "lost"].')
     unknown = sorted(set(value) - set(JOB_ALERT_REASONS))
     if unknown:
+        renamed = " (stuck is now running_long)" if "stuck" in unknown else ""
         raise ValidationError(
-            f"Unknown reason(s) {', '.join(unknown)}: choose from {', '.join(JOB_ALERT_REASONS)}."
+            f"Unknown reason(s) {', '.join(unknown)}: choose from "
+            f"{', '.join(JOB_ALERT_REASONS)}{renamed}."
         )
     if len(set(value)) != len(value):
         raise ValidationError("Each reason at most once.")
