@@ -81,7 +81,7 @@ from jobs.models import (
     RunStatus,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.web import serializers, tokens
+from jobs.web import duration_chart, serializers, tokens
 
 for _beat_model in (
     PeriodicTask,
@@ -330,7 +330,7 @@ class JobAdmin(admin.ModelAdmin):
         "updated_at",
         "audit_trail",
     ]
-    readonly_fields = [*now_fields, *record_fields]
+    readonly_fields = [*now_fields, "durations", *record_fields]
     inlines = [RecentRunsInline, RecentAuditInline]
 
     def get_form(
@@ -352,6 +352,7 @@ class JobAdmin(admin.ModelAdmin):
         ]
         if obj is not None:
             fieldsets.insert(0, ("Now", {"fields": self.now_fields}))
+            fieldsets.append(("Durations", {"fields": ["durations"]}))
             fieldsets.append(("Record", {"fields": self.record_fields}))
         return fieldsets
 
@@ -491,6 +492,18 @@ class JobAdmin(admin.ModelAdmin):
             ", ",
             '<a href="{}">{}</a>',
             ((reverse("admin:jobs_job_change", args=[d.pk]), d.name) for d in downstreams),
+        )
+
+    @admin.display(description="last runs")
+    def durations(self, job: Job) -> SafeString | str:
+        """Its runs' durations with its baseline band and limits (jobs.alerts.baseline)."""
+        view = duration_chart.duration_view(job, timezone.now())
+        if not view.points:
+            return "none started yet"
+        return format_html(
+            '{}<div class="help duration-caption">{}</div>',
+            duration_chart.chart_svg(view),
+            duration_chart.caption(view),
         )
 
     @admin.display(description="lease holder #token")

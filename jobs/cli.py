@@ -296,6 +296,28 @@ def seconds(text: str) -> float:
 
 
 @argument_type
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{_shown(text)} is not a number") from None
+
+
+# What a flag that may clear a setting reads for "none" (its default, None, means "unchanged").
+CLEAR = "none"
+
+
+def or_none(parse: Callable[[str], T]) -> Callable[[str], T | str]:
+    """``parse``, or ``CLEAR`` for ``none``."""
+
+    def convert(text: str) -> T | str:
+        return CLEAR if text.strip().lower() == CLEAR else parse(text)
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+@argument_type
 def yes_no(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("yes", "true", "on", "1"):

@@ -127,7 +127,7 @@ SLOT_TRIGGERS = (Trigger.SCHEDULED, Trigger.BACKFILL)
 
 
 # The reasons a job may be alerted for (the cluster's own, no_beat and no_node, are not a job's).
-JOB_ALERT_REASONS = ("failed", "missed", "lost", "stuck", "overdue")
+JOB_ALERT_REASONS = ("failed", "missed", "lost", "running_long", "too_short", "overdue")
 
 
 def validate_alert_reasons(value: object) -> None:
@@ -135,8 +135,10 @@ def validate_alert_reasons(value: object) -> None:
         raise ValidationError('A list of reasons, e.g. ["failed", "lost"].')
     unknown = sorted(set(value) - set(JOB_ALERT_REASONS))
     if unknown:
+        renamed = " (stuck is now running_long)" if "stuck" in unknown else ""
         raise ValidationError(
-            f"Unknown reason(s) {', '.join(unknown)}: choose from {', '.join(JOB_ALERT_REASONS)}."
+            f"Unknown reason(s) {', '.join(unknown)}: choose from "
+            f"{', '.join(JOB_ALERT_REASONS)}{renamed}."
         )
     if len(set(value)) != len(value):
         raise ValidationError("Each reason at most once.")
@@ -428,12 +430,42 @@ class Job(DistinctName, models.Model):
         default=list,
         blank=True,
         validators=[validate_alert_reasons],
-        help_text="The reasons alerted for (failed, missed, lost, stuck, overdue); empty: all.",
+        help_text="The reasons alerted for (failed, missed, lost, running_long, too_short, "
+        "overdue); empty: all.",
     )
     alerts_muted_until = models.DateTimeField(
         null=True,
         blank=True,
         help_text="No notification for incidents opened before then (they still show).",
+    )
+    # Durations (jobs.alerts.baseline): how a run is judged running long or too short.
+    max_duration = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Seconds after which a run is running long, whatever its baseline or time "
+        "limit (empty: judged by those).",
+    )
+    long_run_factor = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1.1), MaxValueValidator(100.0)],
+        help_text="A run is running long past this many times the p95 of its last successful "
+        "durations (empty: 3).",
+    )
+    min_duration = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Seconds under which a success is too short: the run that did nothing "
+        "(empty: only its baseline judges).",
+    )
+    baseline_alerts = models.BooleanField(
+        default=True,
+        db_default=True,  # rows written in SQL (adoption's functions) get it too
+        help_text="Judge runs against the job's duration baseline (running long past the long "
+        "run factor x its p95, too short under a tenth of its median). Off: only the maximum "
+        "and minimum durations and the time limits apply.",
     )
     # Dependencies (jobs.dependencies): this job runs once for each slot all of these succeeded.
     upstreams = models.ManyToManyField(
@@ -581,6 +613,15 @@ class Job(DistinctName, models.Model):
                 calendars.parse_holiday_calendar(self.holiday_calendar)
             except ValueError as exc:
                 raise ValidationError({"holiday_calendar": str(exc)}) from None
+        if (
+            self.min_duration is not None
+            and self.max_duration is not None
+            and self.min_duration >= self.max_duration
+        ):
+            raise ValidationError(
+                {"min_duration": f"Must be below the maximum duration "
+                 f"({self.max_duration} s): a run cannot be both too short and running long."}
+            )  # fmt: skip
         if self.active_from and self.active_until and self.active_until <= self.active_from:
             raise ValidationError({"active_until": "Must be after active from."})
         if (self.rate_limit_runs is None) != (self.rate_limit_period is None):
@@ -1178,7 +1219,11 @@ class AuditEntry(models.Model):
 
 class IncidentKind(models.TextChoices):
     FAILING = "failing", "failing: runs ending failed, missed or lost"
-    STUCK = "stuck", "stuck: a run running past its time limit or typical duration"
+    RUNNING_LONG = "running_long", "running long: a run past its maximum, time limit or baseline"
+    TOO_SHORT = "too_short", "too short: a success far faster than its baseline or minimum"
+    # Before migration 0039 "running long" was recorded as "stuck": migrated there, still read
+    # (a process not yet upgraded may record one), and resolved as running_long is.
+    STUCK = "stuck", "running long (recorded as stuck)"
     OVERDUE = "overdue", "overdue: no successful run within its expected window"
     NO_BEAT = "no_beat", "no live beat"
     NO_NODE = "no_node", "no live node"
@@ -1190,7 +1235,9 @@ class AlertReason(models.TextChoices):
     FAILED = "failed"
     MISSED = "missed"
     LOST = "lost"
-    STUCK = "stuck"
+    RUNNING_LONG = "running_long"
+    TOO_SHORT = "too_short"
+    STUCK = "stuck", "Running long (recorded as stuck)"
     OVERDUE = "overdue"
     NO_BEAT = "no_beat"
     NO_NODE = "no_node"

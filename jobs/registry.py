@@ -69,6 +69,11 @@ POLICY_FIELDS: tuple[str, ...] = (
     # where this job's incidents are notified, and for which reasons
     "alert_channels",
     "alert_reasons",
+    # how its runs' durations are judged (jobs.alerts.baseline)
+    "max_duration",
+    "long_run_factor",
+    "min_duration",
+    "baseline_alerts",
 )
 
 

@@ -471,6 +471,31 @@ def mute(name: str, until: datetime | None, *, actor: Actor) -> Job:
     return job
 
 
+# How a job's runs' durations are judged (jobs.alerts.baseline): what `jobs durations` changes.
+DURATION_FIELDS = ("max_duration", "long_run_factor", "min_duration", "baseline_alerts")
+
+
+@transaction.atomic
+def set_durations(job_name: str, values: Mapping[str, Any], *, actor: Actor) -> Job:
+    """Change how a job's run durations are judged: ``values`` holds some of
+    ``DURATION_FIELDS`` (``None`` clears a limit). Raises ``ValidationError`` keyed by field.
+    An operator's edit: a job declared in code stops following its declaration."""
+    unknown = sorted(set(values) - set(DURATION_FIELDS))
+    if unknown:
+        raise ValidationError({name: "Not a duration setting." for name in unknown})
+    job = _locked(get_job(job_name))
+    before = {name: getattr(job, name) for name in DURATION_FIELDS}
+    for name, value in values.items():
+        setattr(job, name, value)
+    job.clean_fields(exclude=[f.name for f in Job._meta.fields if f.name not in values])
+    job.clean()
+    job.managed_by_code = False
+    job.save(update_fields=[*DURATION_FIELDS, "managed_by_code"])
+    old, new = audit.changed(before, {name: getattr(job, name) for name in DURATION_FIELDS})
+    audit.record(actor, AuditAction.EDIT, job=job, before=old, after=new)
+    return job
+
+
 @transaction.atomic
 def set_alerts(
     name: str, *, channels: str | None = None, reasons: list[str] | None = None, actor: Actor

@@ -1,10 +1,11 @@
-"""The incidents no single run outcome reveals, found by looking: stuck runs, jobs overdue (the
+"""The incidents no single run outcome reveals, found by looking: runs running long or too
+short (against their job's duration baseline, :mod:`jobs.alerts.baseline`), jobs overdue (the
 dead-man's switch) and a cluster with no live beat or no live node.
 
 They open and resolve incidents through the same database functions as the run-outcome trigger
 (``jobs/sql/alerts.sql``), so each is one incident however many processes look at once.
 
-Who looks: maintenance (one beat at a time) checks stuck runs and overdue jobs; the cluster
+Who looks: maintenance (one beat at a time) checks durations and overdue jobs; the cluster
 check runs in maintenance *and* in every worker node's alert sender, because "no live beat"
 cannot be seen by a beat when every beat is down. A process looks at the cluster only once it
 has been up for ``JOBS_BEAT_STALE_AFTER``, so a cluster starting up does not alert about the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,24 +25,27 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
+from jobs.alerts import baseline
+from jobs.alerts.baseline import Baseline, DurationRules, long_run_limit, too_short
 from jobs.beat.entries import schedule_of
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.models import BeatHeartbeat, Blackout, Incident, IncidentKind, Job, JobKind, Node
+from jobs.models import (
+    AlertReason,
+    BeatHeartbeat,
+    Blackout,
+    Incident,
+    IncidentKind,
+    Job,
+    JobKind,
+    Node,
+)
 from jobs.schedule import calendars
 from jobs.schedule.kinds import Schedule
 from jobs.schedule.slots import latest_slot, period_after, slots_in
 
 log = logging.getLogger(__name__)
 
-# Stuck: past the job's time limit (soft, else hard) by this grace, or, without a limit, past
-# STUCK_FACTOR x the p95 of its last STUCK_SAMPLES successful durations (at least
-# STUCK_MIN_SAMPLES of them), and never sooner than STUCK_FLOOR.
-STUCK_GRACE = 5.0
-STUCK_FACTOR = 3.0
-STUCK_SAMPLES = 20
-STUCK_MIN_SAMPLES = 5
-STUCK_FLOOR = 60.0
 # Overdue: no successful run within OVERDUE_PERIODS periods plus the start deadline.
 OVERDUE_PERIODS = 2
 
@@ -64,12 +69,12 @@ def resolve_incidents(job_id: int | None, kinds: list[str], run_id: int | None =
         return [row[0] for row in cursor.fetchall()]
 
 
-# A stuck incident only for a run still running when it opens: the run's row is locked first,
-# in the incident's transaction, so a finish that comes meanwhile waits for the open (and then
-# resolves it), and one under way makes the lock find the run ended. Locked by a statement of
-# its own: a function in the select list of a locking SELECT runs before the lock and its
+# A running-long incident only for a run still running when it opens: the run's row is locked
+# first, in the incident's transaction, so a finish that comes meanwhile waits for the open (and
+# then resolves it), and one under way makes the lock find the run ended. Locked by a statement
+# of its own: a function in the select list of a locking SELECT runs before the lock and its
 # recheck, so "SELECT jobs_open_incident(...) ... FOR SHARE" opened, for a run whose finish it
-# had just waited for, a stuck incident that nothing would ever resolve.
+# had just waited for, an incident that nothing would ever resolve.
 _STILL_RUNNING = """
 SELECT 1 FROM jobs_jobrun AS r
  WHERE r.id = %(run)s AND r.status IS NOT DISTINCT FROM 'running'
@@ -82,7 +87,9 @@ def _open_while_running(job_id: int, summary: str, run_id: int) -> int | None:
         cursor.execute(_STILL_RUNNING, {"run": run_id})
         if cursor.fetchone() is None:
             return None
-        return open_incident(job_id, IncidentKind.STUCK, "stuck", summary, run_id)
+        return open_incident(
+            job_id, IncidentKind.RUNNING_LONG, AlertReason.RUNNING_LONG, summary, run_id
+        )
 
 
 def _opened(incident_id: int | None, message: str, **extra: object) -> None:
@@ -91,68 +98,136 @@ def _opened(incident_id: int | None, message: str, **extra: object) -> None:
         log.warning(message, extra=extra)
 
 
-# --- stuck runs -------------------------------------------------------------------------------
+# --- durations: running long, too short (the rules: jobs.alerts.baseline) ---------------------
 
-# Runs old enough to be suspects: past their limit + grace, or past the floor.
-_RUNNING_LONG = """
-SELECT r.id, r.job_id, extract(epoch FROM now() - r.started_at)::float8,
-       coalesce(j.soft_time_limit, j.time_limit)
+# A job's duration settings, as DurationRules takes them, after its table's alias "j".
+_RULES = """coalesce(j.soft_time_limit, j.time_limit), j.max_duration, j.long_run_factor,
+       j.min_duration, j.baseline_alerts"""
+
+# Runs old enough to be suspects: past the shortest limit any rule could give them.
+_RUNNING_LONG = f"""
+SELECT r.id, r.job_id, extract(epoch FROM now() - r.started_at)::float8, {_RULES}
   FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id
  WHERE r.status = 'running' AND r.trigger <> 'continuous' AND r.started_at IS NOT NULL
-   AND r.started_at < now() - make_interval(
-         secs => least(coalesce(j.soft_time_limit, j.time_limit) + %(grace)s, %(floor)s))
+   AND r.started_at < now() - make_interval(secs => least(
+         j.max_duration, coalesce(j.soft_time_limit, j.time_limit) + %(grace)s, %(floor)s))
 """
 
-_TYPICAL = """
-SELECT count(*), percentile_cont(0.95) WITHIN GROUP (ORDER BY d)
-  FROM (SELECT extract(epoch FROM finished_at - started_at)::float8 AS d FROM jobs_jobrun
-         WHERE job_id = %(job_id)s AND status = 'succeeded' AND started_at IS NOT NULL
-           AND finished_at IS NOT NULL
-         ORDER BY scheduled_for DESC LIMIT %(samples)s) AS recent
+# Each job's latest success among those of the last SHORT_LOOKBACK seconds (an index range of
+# jobrun_status_slot), the one that says whether its runs are too short now.
+_LATEST_SUCCESSES = f"""
+SELECT DISTINCT ON (r.job_id) r.id, r.job_id,
+       extract(epoch FROM r.finished_at - r.started_at)::float8, {_RULES}
+  FROM jobs_jobrun AS r JOIN jobs_job AS j ON j.id = r.job_id
+ WHERE r.status = 'succeeded' AND r.scheduled_for > now() - make_interval(secs => %(lookback)s)
+   AND r.trigger <> 'continuous' AND r.started_at IS NOT NULL AND r.finished_at IS NOT NULL
+ ORDER BY r.job_id, r.finished_at DESC, r.id DESC
 """
 
+# The last SAMPLES successful durations of each job, but for one run of it (the one judged): one
+# statement for every job a pass judges, a backward scan of jobrun_job_slot each.
+_DURATIONS = """
+SELECT t.job_id, coalesce(d.durations, '{}')
+  FROM unnest(%(jobs)s::bigint[], %(but)s::bigint[]) AS t(job_id, but)
+ CROSS JOIN LATERAL (
+       SELECT array_agg(extract(epoch FROM r.finished_at - r.started_at)::float8)
+         FROM (SELECT r.finished_at, r.started_at FROM jobs_jobrun AS r
+                WHERE r.job_id = t.job_id AND r.status = 'succeeded'
+                  AND r.started_at IS NOT NULL AND r.finished_at IS NOT NULL
+                  AND r.id IS DISTINCT FROM t.but
+                ORDER BY r.scheduled_for DESC LIMIT %(samples)s) AS r) AS d(durations)
+"""
 
-def stuck_limit(time_limit: int | None, samples: int, p95: float | None) -> float | None:
-    """How long a run may run before it counts as stuck; ``None``: no basis to say."""
-    if time_limit is not None:
-        return time_limit + STUCK_GRACE
-    if samples >= STUCK_MIN_SAMPLES and p95 is not None:
-        return max(STUCK_FLOOR, STUCK_FACTOR * p95)
-    return None
+# How far back maintenance looks for a job's latest success (many maintenance passes: a pass
+# late by less still judges every job's latest one).
+SHORT_LOOKBACK = 600.0
 
 
-def check_stuck_runs() -> list[int]:
-    """Open a ``stuck`` incident for each run running past its limit; the run ids found."""
+def baselines(runs: dict[int, int | None]) -> dict[int, Baseline | None]:
+    """The baseline of each job of ``runs`` (job id: a run of it to leave out, or ``None``)."""
+    if not runs:
+        return {}
     with connection.cursor() as cursor:
-        cursor.execute(_RUNNING_LONG, {"grace": STUCK_GRACE, "floor": STUCK_FLOOR})
-        suspects = cursor.fetchall()
-        typical: dict[int, tuple[int, float | None]] = {}
-        for _, job_id, _, limit in suspects:
-            if limit is None and job_id not in typical:
-                cursor.execute(_TYPICAL, {"job_id": job_id, "samples": STUCK_SAMPLES})
-                count, p95 = cursor.fetchone()
-                typical[job_id] = (int(count), p95)
-    stuck = []
-    for run_id, job_id, age, time_limit in suspects:
-        samples, p95 = typical.get(job_id, (0, None))
-        limit = stuck_limit(time_limit, samples, p95)
-        if limit is None or age <= limit:
-            continue
-        basis = (
-            f"its time limit of {time_limit} s"
-            if time_limit is not None
-            else f"{STUCK_FACTOR:g} x its typical duration (p95 {p95:.1f} s), "
-            f"at least {STUCK_FLOOR:g} s"
+        cursor.execute(
+            _DURATIONS,
+            {"jobs": list(runs), "but": list(runs.values()), "samples": baseline.SAMPLES},
         )
-        summary = f"run {run_id} has been running for {age:.0f} s, past {basis}"
-        stuck.append(run_id)
+        return {job_id: Baseline.of(durations) for job_id, durations in cursor.fetchall()}
+
+
+def duration_rules(job: Job) -> DurationRules:
+    """``job``'s settings for judging its runs' durations."""
+    limit = job.soft_time_limit if job.soft_time_limit is not None else job.time_limit
+    return DurationRules(
+        limit, job.max_duration, job.long_run_factor, job.min_duration, job.baseline_alerts
+    )
+
+
+def baseline_of(job: Job) -> Baseline | None:
+    """``job``'s baseline now (its last successes)."""
+    return baselines({job.pk: None}).get(job.pk)
+
+
+def _rules(row: Sequence[Any]) -> DurationRules:
+    time_limit, max_duration, factor, minimum, on = row
+    return DurationRules(time_limit, max_duration, factor, minimum, on)
+
+
+def check_running_long() -> list[int]:
+    """Open a ``running_long`` incident for each run running past its limit, while it runs;
+    the run ids found."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RUNNING_LONG, {"grace": baseline.LIMIT_GRACE, "floor": baseline.LONG_RUN_FLOOR}
+        )
+        suspects = cursor.fetchall()
+    known = baselines(
+        {row[1]: None for row in suspects if row[7] and row[4] is None}  # baseline_alerts on
+    )
+    long = []
+    for run_id, job_id, age, *rules in suspects:
+        limit = long_run_limit(_rules(rules), known.get(job_id))
+        if limit is None or age <= limit.seconds:
+            continue
+        summary = f"run {run_id} has been running for {age:.0f} s, past {limit.basis}"
+        long.append(run_id)
+        _opened(_open_while_running(job_id, summary, run_id), summary, job_id=job_id, run_id=run_id)
+    return long
+
+
+def check_too_short() -> list[int]:
+    """Open a ``too_short`` incident for each job whose latest success was too short, and
+    resolve that of each job whose latest success was not; the run ids found too short.
+
+    Each job's latest success decides, so however many passes see it, one incident: the same
+    run joins nothing twice, and a later success within the baseline resolves it. A too-short
+    success followed by a fine one before maintenance looked is not told (its incident would
+    have resolved at once)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LATEST_SUCCESSES, {"lookback": SHORT_LOOKBACK})
+        latest = cursor.fetchall()
+    known = baselines({row[1]: row[0] for row in latest if row[7]})  # baseline_alerts on
+    open_ = set(
+        Incident.objects.filter(
+            kind=IncidentKind.TOO_SHORT, resolved_at__isnull=True, job__isnull=False
+        ).values_list("job_id", flat=True)
+    )
+    short = []
+    for run_id, job_id, duration, *rules in latest:
+        threshold = too_short(_rules(rules), known.get(job_id), duration)
+        if threshold is None:
+            if job_id in open_:
+                resolve_incidents(job_id, [IncidentKind.TOO_SHORT], run_id)
+            continue
+        short.append(run_id)
+        summary = f"run {run_id} succeeded in {duration:.3f} s, under {threshold.basis}"
         _opened(
-            _open_while_running(job_id, summary, run_id),
+            open_incident(job_id, IncidentKind.TOO_SHORT, AlertReason.TOO_SHORT, summary, run_id),
             summary,
             job_id=job_id,
             run_id=run_id,
         )
-    return stuck
+    return short
 
 
 # --- the dead-man's switch --------------------------------------------------------------------
@@ -196,10 +271,11 @@ def check_overdue_jobs(now: datetime) -> list[int]:
     within its expected window (counted from its last edit or resume at the earliest); resolve
     those of jobs paused since. ``now`` is the database clock. The ids of the jobs overdue.
 
-    Not overdue: a job whose silence something else explains. Its ``failing`` or ``stuck``
-    incident is open (one incident per job and cause: a bad run joins an ``overdue`` incident
-    open before it, ``jobs/sql/alerts.sql``), or none of its slots in the window was one to
-    run: each was outside its active period, or skipped by its calendar or a blackout window.
+    Not overdue: a job whose silence something else explains. Its ``failing`` or
+    ``running_long`` incident is open (one incident per job and cause: a bad run joins an
+    ``overdue`` incident open before it, ``jobs/sql/alerts.sql``), or none of its slots in the
+    window was one to run: each was outside its active period, or skipped by its calendar or a
+    blackout window.
     """
     expectations = []
     jobs: dict[int, tuple[Job, Schedule]] = {}
@@ -247,7 +323,8 @@ def check_overdue_jobs(now: datetime) -> list[int]:
 
 def _explained_by_an_open_incident() -> QuerySet[Incident, Any]:
     open_ = Incident.objects.filter(
-        kind__in=[IncidentKind.FAILING, IncidentKind.STUCK], resolved_at__isnull=True
+        kind__in=[IncidentKind.FAILING, IncidentKind.RUNNING_LONG, IncidentKind.STUCK],
+        resolved_at__isnull=True,
     )
     return open_.exclude(job=None).values("job_id")
 

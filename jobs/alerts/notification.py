@@ -17,7 +17,9 @@ from jobs.web.serializers import flower_task_url
 
 _WHAT = {
     IncidentKind.FAILING: "is failing",
-    IncidentKind.STUCK: "has a stuck run",
+    IncidentKind.RUNNING_LONG: "has a run running long (past its limit or baseline)",
+    IncidentKind.TOO_SHORT: "had a success too short (far under its baseline or minimum)",
+    IncidentKind.STUCK: "has a run running long (past its limit or baseline)",
     IncidentKind.OVERDUE: "is overdue (no successful run within its expected window)",
     IncidentKind.NO_BEAT: "no live beat: no slot is being fired",
     IncidentKind.NO_NODE: "no live worker node: no run can start",

@@ -50,8 +50,9 @@ BEGIN
 END
 $$;
 
--- Resolves the open incidents of p_job_id (NULL: the cluster's) of the given kinds; a stuck
--- incident only by its own run. Each one whose opening was notified gets its 'resolved'
+-- Resolves the open incidents of p_job_id (NULL: the cluster's) of the given kinds; a
+-- running_long incident (or one recorded as 'stuck', its name before migration 0039) only by
+-- its own run. Each one whose opening was notified gets its 'resolved'
 -- notification on the same channels. Returns the ids resolved.
 CREATE OR REPLACE FUNCTION jobs_resolve_incidents(
     p_job_id bigint, p_kinds text[], p_run_id bigint
@@ -70,7 +71,7 @@ BEGIN
         WITH resolved AS (
             UPDATE jobs_incident SET resolved_at = now(), resolved_by_run_id = p_run_id
              WHERE job_id = p_job_id AND kind = ANY (p_kinds) AND resolved_at IS NULL
-               AND (kind <> 'stuck' OR last_run_id = p_run_id)
+               AND (kind NOT IN ('running_long', 'stuck') OR last_run_id = p_run_id)
             RETURNING id
         )
         SELECT array_agg(id) INTO v_ids FROM resolved;
@@ -87,8 +88,10 @@ END
 $$;
 
 -- One incident per job and cause: a bad run joins the job's open 'overdue' incident (its
--- silence, found first) rather than opening 'failing' beside it; while 'failing' or 'stuck' is
--- open, jobs.alerts.detect opens no 'overdue'. A continuous job's tenure that ends lost or
+-- silence, found first) rather than opening 'failing' beside it; while 'failing' or
+-- 'running_long' is open, jobs.alerts.detect opens no 'overdue'. A 'too_short' incident is
+-- resolved by jobs.alerts.detect only, which alone knows whether a success was within the
+-- job's baseline. A continuous job's tenure that ends lost or
 -- failed once a newer tenure of the job already holds its live lease (taken over, or recorded
 -- after the move) is no lasting incident: the job runs again, and that tenure resolves it.
 CREATE OR REPLACE FUNCTION jobs_run_outcome_alerts() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -110,7 +113,7 @@ BEGIN
     END IF;
     IF NEW.status IN ('failed', 'missed', 'lost') THEN
         IF v_open THEN
-            PERFORM jobs_resolve_incidents(NEW.job_id, ARRAY['stuck'], NEW.id);
+            PERFORM jobs_resolve_incidents(NEW.job_id, ARRAY['running_long', 'stuck'], NEW.id);
         END IF;
         -- A retry recorded with this outcome decides instead (its own outcome will count).
         IF NOT EXISTS (SELECT 1 FROM jobs_jobrun WHERE retry_of_id = NEW.id) THEN
@@ -138,10 +141,10 @@ BEGIN
         RETURN NULL;
     ELSIF NEW.status IN ('succeeded', 'running') THEN
         -- 'running': a continuous job's new tenure, its way of being healthy again.
-        PERFORM jobs_resolve_incidents(NEW.job_id, ARRAY['failing', 'overdue', 'stuck'],
-                                       NEW.id);
+        PERFORM jobs_resolve_incidents(
+            NEW.job_id, ARRAY['failing', 'overdue', 'running_long', 'stuck'], NEW.id);
     ELSE
-        PERFORM jobs_resolve_incidents(NEW.job_id, ARRAY['stuck'], NEW.id);
+        PERFORM jobs_resolve_incidents(NEW.job_id, ARRAY['running_long', 'stuck'], NEW.id);
     END IF;
     RETURN NULL;
 END

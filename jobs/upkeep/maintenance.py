@@ -151,7 +151,8 @@ _next_overdue_check = 0.0
 def _detect_incidents() -> None:
     global _next_overdue_check
     try:
-        detect.check_stuck_runs()
+        detect.check_running_long()
+        detect.check_too_short()
         detect.check_cluster()
         if time.monotonic() >= _next_overdue_check:
             _next_overdue_check = time.monotonic() + OVERDUE_CHECK_EVERY

@@ -59,7 +59,14 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.web import serializers, tokens, unavailable
-from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, job_field_range, schema
+from jobs.web.openapi import (
+    IDEMPOTENCY_KEY_MAX,
+    MAX_LIMIT,
+    MAX_OFFSET,
+    job_field_range,
+    job_number_range,
+    schema,
+)
 
 View = Callable[..., HttpResponse]
 MAX_BIGINT = 2**63 - 1
@@ -522,6 +529,22 @@ def _job_whole(name: str, nullable: bool = False) -> Callable[[Any], str | None]
     return _whole(*job_field_range(name), nullable=nullable)
 
 
+def _job_number(name: str, nullable: bool = False) -> Callable[[Any], str | None]:
+    """A number in the range of the ``Job`` field ``name`` (its model validators)."""
+    low, high = job_number_range(name)
+
+    def check(value: Any) -> str | None:
+        if value is None and nullable:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "must be a number" + (" or null" if nullable else "")
+        if not low <= value <= high:
+            return f"must be between {low:g} and {high:g}"
+        return None
+
+    return check
+
+
 def _one_of(choices: Iterable[str]) -> Callable[[Any], str | None]:
     allowed = list(choices)
 
@@ -608,6 +631,10 @@ PATCHABLE: dict[str, Callable[[Any], str | None]] = {
     "alert_reasons": _reasons,
     "alerts_muted_until": _instant_or_null,
     "after": _names,
+    "max_duration": _job_whole("max_duration", nullable=True),
+    "long_run_factor": _job_number("long_run_factor", nullable=True),
+    "min_duration": _job_whole("min_duration", nullable=True),
+    "baseline_alerts": _boolean,
 }
 
 

@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db.models import IntegerField
+from django.db.models import FloatField, IntegerField
 
 from jobs import text
 from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
@@ -174,9 +174,24 @@ def job_field_range(name: str) -> tuple[int, int]:
     return low, high
 
 
+def job_number_range(name: str) -> tuple[float, float]:
+    """The numbers the ``Job`` field ``name`` (a float) takes: the bounds of its validators."""
+    field = Job._meta.get_field(name)
+    assert isinstance(field, FloatField)
+    validators = field.validators
+    low = max(v.limit_value for v in validators if isinstance(v, MinValueValidator))
+    high = min(v.limit_value for v in validators if isinstance(v, MaxValueValidator))
+    return low, high
+
+
 def _whole(name: str) -> dict[str, Any]:
     low, high = job_field_range(name)
     return {"type": "integer", "minimum": low, "maximum": high}
+
+
+def _number(name: str) -> dict[str, Any]:
+    low, high = job_number_range(name)
+    return {"type": "number", "minimum": low, "maximum": high}
 
 
 _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
@@ -205,6 +220,26 @@ _POLICY_PROPERTIES: dict[str, dict[str, Any]] = {
         "items": {"type": "string", "enum": list(JOB_ALERT_REASONS)},
         "uniqueItems": True,
         "description": "The reasons this job's incidents are notified for; empty: all.",
+    },
+    "max_duration": {
+        **_nullable(_whole("max_duration")),
+        "description": "Seconds after which a run is running long, whatever its baseline or "
+        "time limit; null: judged by those.",
+    },
+    "long_run_factor": {
+        **_nullable(_number("long_run_factor")),
+        "description": "A run is running long past this many times the p95 of its last "
+        "successful durations; null: 3.",
+    },
+    "min_duration": {
+        **_nullable(_whole("min_duration")),
+        "description": "Seconds under which a success is too short; null: only the baseline "
+        "judges.",
+    },
+    "baseline_alerts": {
+        "type": "boolean",
+        "description": "Judge runs against the duration baseline (running long, too short); "
+        "false: only the maximum and minimum durations and the time limits.",
     },
 }
 

@@ -89,9 +89,10 @@ def _holding(cluster: Cluster, name: str, hold: Path, log: Path, **policies: Any
     )  # fmt: skip
 
 
-def _running(name: str) -> tuple[JobRun, int]:
-    """Job ``name`` run now: the run, once running, and its pool process's pid."""
-    run = run_now(name, actor=Actor.code("tests"))
+def _running(name: str, kwargs: dict[str, Any] | None = None) -> tuple[JobRun, int]:
+    """Job ``name`` run now (with ``kwargs``): the run, once running, and its pool process's
+    pid."""
+    run = run_now(name, actor=Actor.code("tests"), kwargs=kwargs)
     running = JobRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
     wait_for(running.exists, timeout=20, what="the run running")
     pid = JobRun.objects.get(pk=run.pk).pid
@@ -211,7 +212,7 @@ def test_a_continuous_jobs_lost_incident_resolves_once_it_runs_on_a_live_node(
     assert [event for event, _ in _of_job(receiver, "poller")] == ["opened", "resolved"]
 
 
-def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
+def test_a_run_stopped_past_its_time_limit_is_one_running_long_alert(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     hold = tmp_path / "hold"
@@ -230,20 +231,22 @@ def test_a_run_stopped_past_its_time_limit_is_one_stuck_alert(
         run, pid = _running("wedged")
         os.kill(pid, signal.SIGSTOP)
         try:
-            _wait_told(receiver, "wedged", "opened", what="the stuck alert")
+            _wait_told(receiver, "wedged", "opened", what="the running-long alert")
             stuck = Incident.objects.get(job__name="wedged")
-            assert (stuck.kind, stuck.last_run_id) == ("stuck", run.pk)
+            assert (stuck.kind, stuck.last_run_id) == ("running_long", run.pk)
             assert JobRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
         finally:
             os.kill(pid, signal.SIGCONT)
-        hold.unlink()  # it returns, past its soft limit: recorded failed, no longer stuck
+        hold.unlink()  # it returns, past its soft limit: recorded failed, no longer running
         wait_for(
             lambda: Incident.objects.filter(pk=stuck.pk, resolved_at__isnull=False).exists(),
             timeout=20,
-            what="the stuck incident resolved by the run's end",
+            what="the running-long incident resolved by the run's end",
         )
         _stop_once_the_outbox_is_empty(cluster)
-    told = [r.payload for r in receiver.accepted() if r.payload["incident"]["kind"] == "stuck"]
+    told = [
+        r.payload for r in receiver.accepted() if r.payload["incident"]["kind"] == "running_long"
+    ]
     stuck_told = [payload["event"] for payload in told]
     # Should it fail: which incident and run each notification was about (the same incident
     # told twice, or a second one), and the run's status then.
@@ -340,3 +343,83 @@ def test_alerts_are_e_mailed_through_smtp(cluster: Cluster, tmp_path: Path) -> N
     assert "boom from tests.fail" in body
     assert f"https://jobs.example.com/admin/jobs/jobrun/{run.pk}/change/" in body
     assert AlertDelivery.objects.get(incident=incident).state == "delivered"
+
+
+# Duration baselines (jobs.alerts.baseline): a job whose runs take about a second.
+BASELINE_RUNS = 10  # baseline.SHORT_MIN_SAMPLES: enough for both rules
+USUAL, LONG, SHORT = 1.0, 10.0, 0.01  # seconds
+
+
+def _run_to_the_end(name: str, seconds: float) -> JobRun:
+    run = run_now(name, actor=Actor.code("tests"), kwargs={"seconds": seconds})
+    ended = JobRun.objects.filter(pk=run.pk, status=RunStatus.SUCCEEDED)
+    wait_for(ended.exists, timeout=30 + seconds, what=f"a {seconds:g} s run succeeded")
+    return JobRun.objects.get(pk=run.pk)
+
+
+def _duration(run: JobRun) -> float:
+    assert run.started_at is not None and run.finished_at is not None
+    return (run.finished_at - run.started_at).total_seconds()
+
+
+def test_a_job_of_one_second_is_told_running_long_while_it_runs_and_too_short_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    with Receiver() as receiver:
+        _alerting(cluster, receiver)
+        new_job(
+            "breathing", "tests.record", Every(3600), kwargs={"seconds": USUAL},
+            log=tmp_path / "log", queue=cluster.queue, alert_channels="webhook",
+        )  # fmt: skip
+        _start(cluster, beats=2, workers=1)
+        seeded = [_run_to_the_end("breathing", USUAL) for _ in range(BASELINE_RUNS)]
+        assert not Incident.objects.exists(), [_duration(run) for run in seeded]
+
+        # Ten times its usual second: running long while it runs (at 5 s, the floor), not at
+        # its end; resolved by its end.
+        long, _ = _running("breathing", kwargs={"seconds": LONG})
+        opened = Incident.objects.filter(job__name="breathing", kind="running_long")
+        wait_for(opened.exists, timeout=LONG, what="the running-long incident")
+        running_long = opened.get()
+        assert running_long.last_run_id == long.pk
+        assert JobRun.objects.get(pk=long.pk).status == RunStatus.RUNNING, "found at its end"
+        assert "3 x its baseline" in running_long.summary
+        wait_for(
+            lambda: Incident.objects.filter(
+                pk=running_long.pk, resolved_by_run_id=long.pk
+            ).exists(),
+            timeout=LONG + 20,
+            what="the running-long incident resolved by the run's end",
+        )
+
+        # Ten milliseconds: a success far under its baseline, one too-short incident however
+        # many maintenance passes see it; the next usual run resolves it.
+        short = _run_to_the_end("breathing", SHORT)
+        too_short = Incident.objects.filter(job__name="breathing", kind="too_short")
+        wait_for(too_short.exists, timeout=10, what="the too-short incident")
+        assert too_short.get().last_run_id == short.pk, _duration(short)
+        _wait_told(receiver, "breathing", "opened", what="the too-short alert")
+        fine = _run_to_the_end("breathing", USUAL)
+        wait_for(
+            lambda: too_short.filter(resolved_by_run_id=fine.pk).exists(),
+            timeout=10,
+            what="the too-short incident resolved by a usual run",
+        )
+        _stop_once_the_outbox_is_empty(cluster)
+
+    incidents = Incident.objects.filter(job__name="breathing").order_by("id")
+    assert [(i.kind, i.last_run_id, i.bad_runs) for i in incidents] == [
+        ("running_long", long.pk, 1),
+        ("too_short", short.pk, 1),
+    ]
+    told = [
+        (r.payload["incident"]["kind"], r.payload["event"])
+        for r in receiver.accepted()
+        if (r.payload.get("job") or {}).get("name") == "breathing"
+    ]
+    assert Counter(told) == {
+        ("running_long", "opened"): 1,
+        ("running_long", "resolved"): 1,
+        ("too_short", "opened"): 1,
+        ("too_short", "resolved"): 1,
+    }

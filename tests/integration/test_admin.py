@@ -255,6 +255,13 @@ BAD_INPUTS = [
         id="time-zone-posixrules",
     ),
     pytest.param({"lease_ttl": "86401"}, "lease_ttl", id="lease-ttl-over-a-day"),
+    # Durations (jobs.alerts.baseline).
+    pytest.param({"long_run_factor": "1"}, "long_run_factor", id="long-run-factor-1"),
+    pytest.param({"long_run_factor": "x"}, "long_run_factor", id="long-run-factor-text"),
+    pytest.param({"max_duration": "0"}, "max_duration", id="max-duration-0"),
+    pytest.param(
+        {"max_duration": "30", "min_duration": "60"}, "min_duration", id="minimum-over-maximum"
+    ),
     # Names that are printed or routed hold no control character (issue 29).
     pytest.param({"queue": "re\nports"}, "queue", id="queue-line-break"),
     pytest.param({"queue": "re\u2028ports"}, "queue", id="queue-line-separator"),
@@ -868,6 +875,7 @@ def test_every_read_only_row_of_the_job_page_shows_what_its_title_says(admin_cli
         "Schedule": serializers.schedule_words(stored),
         "Jobs after it": ", ".join(job_.name for job_ in downstreams),
         "Open incidents": "none",
+        "Last runs": "none started yet",
         "Alerts muted until": "-",
         "Managed by code": str(stored.managed_by_code),
         "Adopted": str(stored.adopted),
@@ -983,3 +991,39 @@ def test_the_blackout_list_cuts_a_long_description_its_page_shows_whole(admin_cl
 
     assert "y" * 79 + "…" in listed and "y" * 80 not in listed
     assert "y" * 5000 in shown.content.decode()
+
+
+# --- durations (jobs.alerts.baseline, jobs.web.duration_chart) ----------------------------------
+
+
+def test_the_job_page_draws_its_durations_with_the_baseline_band(admin_client):
+    job_ = new_job("timed", TASK, MINUTELY, max_duration=600)
+    start = timezone.now() - timedelta(hours=1)
+    for i in range(12):
+        started = start + timedelta(minutes=i)
+        JobRun.objects.create(
+            job=job_, scheduled_for=started, trigger=Trigger.MANUAL, status=RunStatus.SUCCEEDED,
+            started_at=started, finished_at=started + timedelta(seconds=2 + i % 2),
+        )  # fmt: skip
+
+    page = admin_client.get(change_url(job_)).content.decode()
+
+    chart = page[page.index('<svg class="duration-chart"') : page.index("</svg>", page.index(
+        'class="duration-chart"')) + 6]  # fmt: skip
+    assert chart.count('<circle class="run status-succeeded"') == 12
+    assert 'class="baseline-band"' in chart and 'class="long-run-limit"' in chart
+    assert "baseline: median 2.5 s, p95 3 s of its last 12 successes; running long past 600 s " in (
+        html.unescape(page)
+    )
+
+
+def test_the_duration_settings_are_saved_from_the_job_page(admin_client):
+    response = admin_client.post(
+        ADD_URL,
+        form_data(max_duration="600", long_run_factor="2.5", min_duration="5", baseline_alerts=""),
+    )
+
+    assert response.status_code == 302, form_errors(response)
+    job_ = Job.objects.get(name="report")
+    assert (job_.max_duration, job_.long_run_factor, job_.min_duration) == (600, 2.5, 5)
+    assert job_.baseline_alerts is False

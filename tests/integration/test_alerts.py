@@ -186,7 +186,9 @@ def test_the_api_patches_a_jobs_alert_settings(
     assert refused.status_code == 400 and "alert_reasons" in refused.json()["fields"]
     # The schema says each reason at most once (uniqueItems), and so does the answer.
     twice = insider.patch(
-        "/api/jobs/nightly", {"alert_reasons": ["stuck", "stuck"]}, content_type="application/json"
+        "/api/jobs/nightly",
+        {"alert_reasons": ["too_short", "too_short"]},
+        content_type="application/json",
     )
     assert twice.status_code == 400 and "at most once" in twice.json()["fields"]["alert_reasons"][0]
     assert Job.objects.get(name="nightly").alert_reasons == ["failed", "lost"]
@@ -268,7 +270,7 @@ def test_metrics_export_open_incidents_and_deliveries_by_state(
 
     before = samples()
     assert before[("jobs_incidents_open", frozenset({("kind", "failing")}))] == 2
-    assert before[("jobs_incidents_open", frozenset({("kind", "stuck")}))] == 0
+    assert before[("jobs_incidents_open", frozenset({("kind", "running_long")}))] == 0
     flaky = frozenset({("job", "flaky"), ("kind", "failing"), ("reason", "failed")})
     assert before[("jobs_incident_open", flaky)] == 1
     pending = frozenset({("channel", "webhook"), ("state", "pending")})
@@ -299,18 +301,20 @@ def test_the_dashboard_shows_open_incidents(
 def test_the_cli_shows_and_sets_a_jobs_alerts(make_job: Callable[..., Job]) -> None:
     make_job("nightly")
     assert _jobs("alerts", "nightly") == "nightly: channels default, reasons all, muted no\n"
-    assert _jobs("alerts", "nightly", "--channels", "email", "--reasons", "lost,stuck") == (
-        "nightly: channels email, reasons lost, stuck, muted no\n"
+    assert _jobs("alerts", "nightly", "--channels", "email", "--reasons", "lost,running_long") == (
+        "nightly: channels email, reasons lost, running_long, muted no\n"
     )
     job = Job.objects.get(name="nightly")
-    assert (job.alert_channels, job.alert_reasons) == ("email", ["lost", "stuck"])
+    assert (job.alert_channels, job.alert_reasons) == ("email", ["lost", "running_long"])
     entry = AuditEntry.objects.filter(job=job).order_by("-id").first()
     assert entry is not None and entry.after == {
         "alert_channels": "email",
-        "alert_reasons": ["lost", "stuck"],
+        "alert_reasons": ["lost", "running_long"],
     }
     with pytest.raises(CommandError, match="--reasons: Unknown reason"):
         _jobs("alerts", "nightly", "--reasons", "late")
+    with pytest.raises(CommandError, match=r"Unknown reason\(s\) stuck: .* \(stuck is now "):
+        _jobs("alerts", "nightly", "--reasons", "stuck")
     _jobs("alerts", "nightly", "--reasons", "all")
     assert Job.objects.get(name="nightly").alert_reasons == []
 

@@ -318,3 +318,56 @@ def test_the_openapi_document_describes_create_and_delete(client: Client) -> Non
     assert paths["/api/jobs/{name}"]["delete"]["operationId"] == "deleteJob"
     patchable = paths["/api/jobs/{name}"]["patch"]["requestBody"]["content"]["application/json"]
     assert patchable["schema"]["$ref"] == "#/components/schemas/JobPatch"
+
+
+# --- durations (jobs.alerts.baseline) -----------------------------------------------------------
+
+
+def test_patch_sets_the_duration_settings_with_an_audit_entry(api: Client) -> None:
+    create(api, name="report", task="tests.fail", every="1h", max_duration=600)
+
+    response = patch(api, "report", long_run_factor=2.5, min_duration=5, baseline_alerts=False)
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["max_duration"], body["long_run_factor"]) == (600, 2.5)
+    assert (body["min_duration"], body["baseline_alerts"]) == (5, False)
+    edit = audit_trail(api, "report")[-1]
+    assert edit["before"] == {
+        "long_run_factor": None,
+        "min_duration": None,
+        "baseline_alerts": True,
+    }
+    assert edit["after"] == {"long_run_factor": 2.5, "min_duration": 5, "baseline_alerts": False}
+    assert patch(api, "report", max_duration=None).json()["max_duration"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({"long_run_factor": "3"}, {"long_run_factor": ["must be a number or null"]}),
+        ({"long_run_factor": 1}, {"long_run_factor": ["must be between 1.1 and 100"]}),
+        ({"max_duration": 0}, {"max_duration": ["must be between 1 and 2147483647"]}),
+        ({"min_duration": 1.5}, {"min_duration": ["must be a whole number or null"]}),
+        ({"baseline_alerts": "no"}, {"baseline_alerts": ["must be true or false"]}),
+        (
+            {"max_duration": 30, "min_duration": 60},
+            {
+                "min_duration": [
+                    "Must be below the maximum duration (30 s): a run cannot be both too short "
+                    "and running long."
+                ]
+            },
+        ),
+    ],
+)
+def test_bad_duration_settings_are_a_400_naming_the_field(
+    api: Client, body: dict[str, Any], errors: dict[str, list[str]]
+) -> None:
+    create(api, name="report", task="tests.fail", every="1h")
+
+    response = patch(api, "report", **body)
+
+    assert response.status_code == 400, response.json()
+    assert response.json()["fields"] == errors
+    assert [entry["action"] for entry in audit_trail(api, "report")] == ["add"]

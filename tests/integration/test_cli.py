@@ -19,7 +19,7 @@ from django.utils.html import escape
 from jobs.cli import LEASE_FIELDS, NODE_FIELDS
 from jobs.forms import JobForm
 from jobs.guard import lease
-from jobs.models import ApiToken, Blackout, Job, JobRun, Node, RunStatus, Trigger
+from jobs.models import ApiToken, AuditEntry, Blackout, Job, JobRun, Node, RunStatus, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.web.serializers import RUN_FIELDS
 from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
@@ -781,3 +781,89 @@ def test_add_a_blank_or_padded_name(name: str) -> None:
     ) or "NAME: This field cannot be blank." in str(error)
     assert error.returncode == 2
     assert not Job.objects.exists()
+
+
+# --- durations (jobs.alerts.baseline) ---------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_add_takes_the_duration_settings() -> None:
+    job = add(
+        "timed", "--every", "1h", "--max-duration", "10m", "--min-duration", "5s",
+        "--long-run-factor", "2.5", "--baseline-alerts", "no",
+    )  # fmt: skip
+    assert (job.max_duration, job.min_duration, job.long_run_factor, job.baseline_alerts) == (
+        600,
+        5,
+        2.5,
+        False,
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--long-run-factor", "1"],
+            "--long-run-factor: Ensure this value is greater than or equal to 1.1.",
+        ),
+        (["--long-run-factor", "x"], "--long-run-factor: 'x' is not a number"),
+        (["--max-duration", "0"], "--max-duration: '0': the duration must be positive"),
+        (
+            ["--min-duration", "1m", "--max-duration", "30s"],
+            "--min-duration: Must be below the maximum duration (30 s): a run cannot be both "
+            "too short and running long.",
+        ),
+    ],
+)
+def test_bad_duration_settings_are_one_line_naming_the_flag(flags: list[str], message: str) -> None:
+    error = jobs_error("add", "x", "--task", "tests.cli_example", "--every", "1h", *flags)
+    assert str(error) == f"jobs add: error: {message}"
+    assert error.returncode == 2
+    assert not Job.objects.exists()
+
+
+def _succeeded(job: Job, seconds: float, ago: int) -> None:
+    started = timezone.now() - timedelta(seconds=ago)
+    JobRun.objects.create(
+        job=job, scheduled_for=started, trigger=Trigger.MANUAL, status=RunStatus.SUCCEEDED,
+        started_at=started, finished_at=started + timedelta(seconds=seconds),
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_durations_shows_the_baseline_and_changes_the_settings_with_an_audit_entry() -> None:
+    job = add("timed", "--every", "1h")
+    assert jobs("durations", "timed").splitlines() == [
+        "timed: no baseline (fewer than 5 successes)",
+        "running long: not judged (no maximum, time limit or baseline)",
+        "too short: not judged (no minimum, or too few successes)",
+        "max_duration -, long_run_factor -, min_duration -, baseline_alerts yes",
+    ]
+    for i in range(10):
+        _succeeded(job, seconds=2, ago=1000 - i)
+    shown = jobs("durations", "timed", "--long-run-factor", "4", "--min-duration", "1s")
+    assert shown.splitlines() == [
+        "timed: baseline median 2.000 s, p95 2.000 s of its last 10 successes",
+        "running long past 8 s: 4 x its baseline (p95 2.0 s of its last 10 successes), at "
+        "least 5 s",
+        "too short under 1 s: its minimum duration of 1 s",
+        "max_duration -, long_run_factor 4.0, min_duration 1, baseline_alerts yes",
+    ]
+    jobs("durations", "timed", "--min-duration", "none")
+    job.refresh_from_db()
+    assert (job.long_run_factor, job.min_duration, job.managed_by_code) == (4.0, None, False)
+    entries = AuditEntry.objects.filter(job_name="timed", action="edit").order_by("id")
+    assert [(e.before, e.after) for e in entries] == [
+        (
+            {"long_run_factor": None, "min_duration": None},
+            {"long_run_factor": 4.0, "min_duration": 1},
+        ),
+        ({"min_duration": 1}, {"min_duration": None}),
+    ]
+    error = jobs_error("durations", "timed", "--long-run-factor", "500")
+    assert str(error) == (
+        "jobs durations: error: --long-run-factor: Ensure this value is less than or equal to "
+        "100.0."
+    )

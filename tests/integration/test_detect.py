@@ -1,5 +1,6 @@
-"""The incidents found by looking (jobs.alerts.detect), against real PostgreSQL: stuck runs,
-the dead-man's switch of periodic jobs, and a cluster without a live beat or node."""
+"""The incidents found by looking (jobs.alerts.detect), against real PostgreSQL: runs running
+long or too short against their job's duration baseline, the dead-man's switch of periodic
+jobs, and a cluster without a live beat or node."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from jobs.alerts import detect
+from jobs.alerts import baseline, detect
 from jobs.conf import get_ops_conf
 from jobs.database_clock import database_now
 from jobs.models import (
@@ -50,20 +51,20 @@ def _succeeded(job: Job, duration: float, ago: float) -> None:
     JobRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=finished)
 
 
-# --- stuck ------------------------------------------------------------------------------------
+# --- running long -----------------------------------------------------------------------------
 
 
-def test_a_run_past_its_time_limit_is_stuck_once(make_job: Callable[..., Job]) -> None:
+def test_a_run_past_its_time_limit_is_running_long_once(make_job: Callable[..., Job]) -> None:
     job = make_job("slow", soft_time_limit=10)
     fine = _running(make_job("fine", soft_time_limit=10), seconds_ago=12)  # within the grace
-    run = _running(job, seconds_ago=10 + detect.STUCK_GRACE + 1)
-    assert detect.check_stuck_runs() == [run.pk]
-    assert detect.check_stuck_runs() == [run.pk]  # seen again: still one incident
-    incident = Incident.objects.get(kind="stuck")
+    run = _running(job, seconds_ago=10 + baseline.LIMIT_GRACE + 1)
+    assert detect.check_running_long() == [run.pk]
+    assert detect.check_running_long() == [run.pk]  # seen again: still one incident
+    incident = Incident.objects.get(kind="running_long")
     assert (incident.job_id, incident.last_run_id, incident.bad_runs) == (job.pk, run.pk, 1)
     assert "time limit of 10 s" in incident.summary
     assert not Incident.objects.filter(job=fine.job).exists()
-    # It ends (here: succeeds): the stuck incident resolves, notified on the same channels.
+    # It ends (here: succeeds): the incident resolves, notified on the same channels.
     JobRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
     incident.refresh_from_db()
     assert incident.resolved_by_run_id == run.pk
@@ -83,22 +84,22 @@ def _waiting_on_a_row_lock() -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def test_a_run_ending_while_it_is_found_stuck_leaves_no_stuck_incident_open(
+def test_a_run_ending_while_it_is_found_running_long_leaves_no_incident_open(
     make_job: Callable[..., Job],
 ) -> None:
-    """The finish is written while maintenance opens the stuck incident: maintenance waits for
-    the run's row, then finds the run ended, and opens nothing. (It used to open, in the select
-    list of its locking read, an incident no finish would ever resolve: seen in CI as a second
-    "opened" after the "resolved".)"""
+    """The finish is written while maintenance opens the running-long incident: maintenance
+    waits for the run's row, then finds the run ended, and opens nothing. (It used to open, in
+    the select list of its locking read, an incident no finish would ever resolve: seen in CI
+    as a second "opened" after the "resolved".)"""
     from django.db import connection
 
     job = make_job("ending", soft_time_limit=10)
-    run = _running(job, seconds_ago=10 + detect.STUCK_GRACE + 1)
+    run = _running(job, seconds_ago=10 + baseline.LIMIT_GRACE + 1)
     found: list[list[int]] = []
 
     def maintenance() -> None:
         try:
-            found.append(detect.check_stuck_runs())
+            found.append(detect.check_running_long())
         finally:
             connection.close()
 
@@ -122,44 +123,143 @@ def test_a_run_ending_while_it_is_found_stuck_leaves_no_stuck_incident_open(
     assert not AlertDelivery.objects.exists()
 
 
-def test_without_a_limit_a_run_is_stuck_past_three_times_its_typical_duration(
+def test_without_a_limit_a_run_is_running_long_past_three_times_its_baseline_p95(
     make_job: Callable[..., Job],
 ) -> None:
     job = make_job("learned")
-    for i in range(detect.STUCK_MIN_SAMPLES):
+    for i in range(baseline.MIN_SAMPLES):
         _succeeded(job, duration=30 + i, ago=3600 - i * 60)
     p95 = 33.8  # of 30..34 s
     young = _running(job, seconds_ago=p95 * 3 - 5)
-    assert detect.check_stuck_runs() == []
+    assert detect.check_running_long() == []
     JobRun.objects.filter(pk=young.pk).update(
         started_at=timezone.now() - timedelta(seconds=p95 * 3 + 5)
     )
-    assert detect.check_stuck_runs() == [young.pk]
-    assert "typical duration (p95 33.8 s)" in Incident.objects.get(kind="stuck").summary
+    assert detect.check_running_long() == [young.pk]
+    assert "3 x its baseline (p95 33.8 s of its last 5 successes)" in (
+        Incident.objects.get(kind="running_long").summary
+    )
 
 
-def test_without_a_limit_or_enough_history_nothing_is_called_stuck(
+def test_without_a_limit_or_enough_history_nothing_is_called_running_long(
     make_job: Callable[..., Job],
 ) -> None:
     job = make_job("new")
-    _succeeded(job, duration=1, ago=600)
+    for _ in range(baseline.MIN_SAMPLES - 1):
+        _succeeded(job, duration=1, ago=600)
     _running(job, seconds_ago=3600)
-    assert detect.check_stuck_runs() == []
+    assert detect.check_running_long() == []
 
 
-@pytest.mark.parametrize(
-    ("limit", "samples", "p95", "expected"),
-    [
-        (10, 0, None, 10 + detect.STUCK_GRACE),
-        (None, 5, 1.0, detect.STUCK_FLOOR),
-        (None, 5, 100.0, 300.0),
-        (None, 4, 100.0, None),
-    ],
-)
-def test_the_stuck_limit(
-    limit: int | None, samples: int, p95: float | None, expected: float | None
+def test_a_one_second_job_hanging_for_50_s_is_noticed_while_it_hangs(
+    make_job: Callable[..., Job],
 ) -> None:
-    assert detect.stuck_limit(limit, samples, p95) == expected
+    """The old rule never called a run stuck before 60 s: a 1 s job hanging 50 s went unseen."""
+    job = make_job("quick")
+    for i in range(10):
+        _succeeded(job, duration=1.0 + i / 100, ago=3600 - i * 60)
+    hanging = _running(job, seconds_ago=50)
+    assert detect.check_running_long() == [hanging.pk]
+    incident = Incident.objects.get(kind="running_long")
+    assert (incident.reason, incident.last_run_id) == ("running_long", hanging.pk)
+    assert "at least 5 s" in incident.summary
+
+
+def test_a_declared_maximum_decides_alone_and_the_switch_turns_the_baseline_off(
+    make_job: Callable[..., Job],
+) -> None:
+    capped = make_job("capped", max_duration=2, soft_time_limit=600)
+    run = _running(capped, seconds_ago=3)
+    unjudged = make_job("unjudged", baseline_alerts=False)
+    for i in range(10):
+        _succeeded(unjudged, duration=1.0, ago=3600 - i * 60)
+    _running(unjudged, seconds_ago=50)
+    assert detect.check_running_long() == [run.pk]
+    assert "maximum duration of 2 s" in Incident.objects.get(job=capped).summary
+
+
+def test_running_long_is_one_incident_over_many_passes_resolved_by_its_run(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("hangs", max_duration=5)
+    run = _running(job, seconds_ago=10)
+    for _ in range(5):
+        assert detect.check_running_long() == [run.pk]
+    incident = Incident.objects.get(job=job)
+    assert (incident.kind, incident.bad_runs, incident.resolved_at) == ("running_long", 1, None)
+    assert AlertDelivery.objects.filter(incident=incident, event="opened").count() == 2
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, finished_at=timezone.now())
+    incident.refresh_from_db()
+    assert incident.resolved_by_run_id == run.pk
+    assert detect.check_running_long() == []
+    assert Incident.objects.filter(job=job, kind="running_long").count() == 1
+
+
+def test_an_incident_recorded_as_stuck_resolves_as_running_long_does(
+    make_job: Callable[..., Job],
+) -> None:
+    """A process not yet upgraded may still record "stuck": its run's end resolves it."""
+    job = make_job("old")
+    run = _running(job, seconds_ago=100)
+    detect.open_incident(job.pk, "stuck", "stuck", "recorded before 0039", run.pk)
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    assert Incident.objects.get(job=job).resolved_by_run_id == run.pk
+
+
+# --- too short --------------------------------------------------------------------------------
+
+
+def _baseline_of_one_second(job: Job, runs: int = baseline.SHORT_MIN_SAMPLES) -> None:
+    for i in range(runs):
+        _succeeded(job, duration=1.0 + i / 100, ago=500 - i * 10)
+
+
+def test_a_success_far_under_its_baseline_is_too_short_once_then_resolved_by_a_fine_one(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("hollow")
+    _baseline_of_one_second(job)
+    _succeeded(job, duration=0.01, ago=5)
+    short = JobRun.objects.filter(job=job).latest("scheduled_for")
+    for _ in range(3):
+        assert detect.check_too_short() == [short.pk]
+    incident = Incident.objects.get(job=job)
+    assert (incident.kind, incident.reason, incident.last_run_id) == (
+        "too_short",
+        "too_short",
+        short.pk,
+    )
+    assert (incident.bad_runs, incident.resolved_at) == (1, None)
+    assert "of its last 10 successes" in incident.summary
+    _succeeded(job, duration=1.0, ago=1)
+    fine = JobRun.objects.filter(job=job).latest("scheduled_for")
+    assert detect.check_too_short() == []
+    incident.refresh_from_db()
+    assert incident.resolved_by_run_id == fine.pk
+    assert detect.check_too_short() == []  # seen again: nothing reopens
+    assert Incident.objects.filter(job=job).count() == 1
+    events = AlertDelivery.objects.filter(incident=incident).values_list("event", flat=True)
+    assert sorted(events) == ["opened", "opened", "resolved", "resolved"]
+
+
+def test_too_few_runs_make_no_baseline_to_be_too_short_against(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("young")
+    _baseline_of_one_second(job, runs=baseline.SHORT_MIN_SAMPLES - 1)
+    _succeeded(job, duration=0.01, ago=5)
+    assert detect.check_too_short() == []
+    assert not Incident.objects.exists()
+
+
+def test_a_success_under_its_declared_minimum_is_too_short_without_a_baseline(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job("did_nothing", min_duration=30, baseline_alerts=False)
+    _succeeded(job, duration=2, ago=5)
+    run = JobRun.objects.get(job=job)
+    assert detect.check_too_short() == [run.pk]
+    assert "minimum duration of 30 s" in Incident.objects.get(job=job).summary
 
 
 # --- overdue ----------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ def job_form_data(**overrides: str) -> dict[str, str]:
         "rate_limit_period": "",
         "alert_channels": "default",
         "alert_reasons": "[]",
+        "max_duration": "",
+        "long_run_factor": "",
+        "min_duration": "",
+        "baseline_alerts": "on",
     }
     data.update(overrides)
     return data

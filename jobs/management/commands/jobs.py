@@ -22,6 +22,7 @@ from django.db.models import BooleanField, ExpressionWrapper
 from django.utils import timezone
 
 from jobs import backfill, cli, registry, services
+from jobs.alerts import baseline, detect
 from jobs.audit import Actor
 from jobs.beat import adoption, configured, slot_fates, switch_report
 from jobs.continuous.nodes import with_liveness
@@ -63,6 +64,7 @@ VERBS = (
     "tasks",
     "prune",
     "alerts",
+    "durations",
     "mute",
     "unmute",
     "incidents",
@@ -109,6 +111,10 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "active_until": {"type": cli.instant, "metavar": "TIME"},
     "alert_channels": {"choices": alert_channel_values()},
     "alert_reasons": {"type": cli.reasons, "metavar": "REASON,..."},
+    "max_duration": {"type": cli.duration, "metavar": "DURATION"},
+    "long_run_factor": {"type": cli.number, "metavar": "X"},
+    "min_duration": {"type": cli.duration, "metavar": "DURATION"},
+    "baseline_alerts": {"type": cli.yes_no, "metavar": "yes|no"},
 }
 
 
@@ -271,6 +277,22 @@ class Command(BaseCommand):
         alerts.add_argument("name", metavar="NAME")
         alerts.add_argument("--channels", **POLICY_ARGUMENTS["alert_channels"])
         alerts.add_argument("--reasons", **POLICY_ARGUMENTS["alert_reasons"])
+        durations = verbs.add_parser(
+            "durations",
+            verb="durations",
+            help="Show a job's duration baseline and what judges its runs running long or too "
+            "short; or change that (none: clear a limit).",
+        )
+        durations.add_argument("name", metavar="NAME")
+        for field in services.DURATION_FIELDS:
+            argument = POLICY_ARGUMENTS[field]
+            clearable = field != "baseline_alerts"
+            durations.add_argument(
+                cli.policy_flag(field),
+                dest=field,
+                type=cli.or_none(argument["type"]) if clearable else argument["type"],
+                metavar=argument["metavar"] + ("|none" if clearable else ""),
+            )
         mute = verbs.add_parser(
             "mute",
             verb="mute",
@@ -635,6 +657,20 @@ class Command(BaseCommand):
             f"muted {'until ' + muted.isoformat(timespec='seconds') if muted else 'no'}"
         )
 
+    def _verb_durations(self, options: dict[str, Any]) -> None:
+        given = {
+            field: None if options[field] == cli.CLEAR else options[field]
+            for field in services.DURATION_FIELDS
+            if options[field] is not None
+        }
+        if given:
+            flags = {field: cli.policy_flag(field) for field in services.DURATION_FIELDS}
+            with cli.validated("durations", flags):
+                job = services.set_durations(options["name"], given, actor=Actor.cli())
+        else:
+            job = services.get_job(options["name"])
+        self.stdout.write(_durations_text(job))
+
     def _verb_mute(self, options: dict[str, Any]) -> None:
         until = database_now() + timedelta(seconds=options["for_"])
         job = services.mute(options["name"], until, actor=Actor.cli())
@@ -849,3 +885,27 @@ def _state(job: Job) -> str:
     if job.expired(timezone.now()):
         state = f"{state}, expired"
     return f"{state}, SCHEDULE ERROR" if serializers.schedule_error(job) else state
+
+
+def _durations_text(job: Job) -> str:
+    """``job``'s baseline, what judges its runs, and its settings, a line each."""
+    rules, known = detect.duration_rules(job), detect.baseline_of(job)
+    long, short = baseline.long_run_limit(rules, known), baseline.short_threshold(rules, known)
+    settings = ", ".join(
+        f"{field} {cli.cell(getattr(job, field))}" for field in services.DURATION_FIELDS
+    )
+    return "\n".join(
+        [
+            f"{job.name}: baseline median {known.median:.3f} s, p95 {known.p95:.3f} s of its "
+            f"last {known.samples} successes"
+            if known is not None
+            else f"{job.name}: no baseline (fewer than {baseline.MIN_SAMPLES} successes)",
+            f"running long past {long.seconds:g} s: {long.basis}"
+            if long is not None
+            else "running long: not judged (no maximum, time limit or baseline)",
+            f"too short under {short.seconds:.3g} s: {short.basis}"
+            if short is not None
+            else "too short: not judged (no minimum, or too few successes)",
+            settings,
+        ]
+    )
