@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0038_pause_reason_and_end"),
+        ("jobs", "0039_duration_baselines"),
     ]
 
     operations = [
