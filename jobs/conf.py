@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,6 +46,11 @@ DEFAULTS: Mapping[str, object] = MappingProxyType(
         "JOBS_RETENTION_INTERVAL": 3600.0,
         "JOBS_RETENTION_VACUUM": True,
         "JOBS_PUBLIC_URL": "",
+        "JOBS_RUN_LOG": True,
+        "JOBS_RUN_LOG_LEVEL": "INFO",
+        "JOBS_RUN_LOG_MAX_LINES": 2000,
+        "JOBS_RUN_LOG_MAX_LINE_CHARS": 4000,
+        "JOBS_RUN_LOG_FLUSH_SECONDS": 1.0,
     }
 )
 
@@ -160,6 +166,66 @@ def get_ops_conf() -> OpsConf:
         ),
         retention_interval=float(_setting("JOBS_RETENTION_INTERVAL")),
         retention_vacuum=bool(_setting("JOBS_RETENTION_VACUUM")),
+    )
+
+
+# --- a run's own log (jobs.runlog) --------------------------------------------------------------
+
+RUN_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def run_log_level(name: str, text: object) -> int:
+    """The ``logging`` level named ``text`` (one of ``RUN_LOG_LEVELS``, any case);
+    ``ImproperlyConfigured`` naming ``name`` otherwise."""
+    level = str(text).strip().upper()
+    if level not in RUN_LOG_LEVELS:
+        raise ImproperlyConfigured(
+            f"{name}={text!r} is not a log level: use one of {', '.join(RUN_LOG_LEVELS)}."
+        )
+    value: int = logging.getLevelName(level)
+    return value
+
+
+@dataclass(frozen=True)
+class RunLogConf:
+    # Whether runs keep their log at all (off: nothing is captured, nothing costs).
+    enabled: bool = True
+    # The lowest ``logging`` level kept, unless the job declares its own.
+    level: int = logging.INFO
+    # Lines kept per run: the first ``max_lines // 2`` and the last ``max_lines - that``.
+    max_lines: int = 2000
+    # A longer line is cut to this many characters.
+    max_line_chars: int = 4000
+    # How often the lines of a running run are written (seconds).
+    flush_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_lines < 2:
+            raise ImproperlyConfigured("JOBS_RUN_LOG_MAX_LINES must be at least 2.")
+        if self.max_line_chars < 80:
+            raise ImproperlyConfigured("JOBS_RUN_LOG_MAX_LINE_CHARS must be at least 80.")
+        if self.flush_seconds <= 0:
+            raise ImproperlyConfigured("JOBS_RUN_LOG_FLUSH_SECONDS must be positive (seconds).")
+
+    @property
+    def head_lines(self) -> int:
+        """How many of a run's first lines are kept whatever follows."""
+        return self.max_lines // 2
+
+    @property
+    def tail_lines(self) -> int:
+        """How many of a run's last lines are kept."""
+        return self.max_lines - self.head_lines
+
+
+@cache
+def get_run_log_conf() -> RunLogConf:
+    return RunLogConf(
+        enabled=bool(_setting("JOBS_RUN_LOG")),
+        level=run_log_level("JOBS_RUN_LOG_LEVEL", _setting("JOBS_RUN_LOG_LEVEL")),
+        max_lines=int(_setting("JOBS_RUN_LOG_MAX_LINES")),
+        max_line_chars=int(_setting("JOBS_RUN_LOG_MAX_LINE_CHARS")),
+        flush_seconds=float(_setting("JOBS_RUN_LOG_FLUSH_SECONDS")),
     )
 
 
