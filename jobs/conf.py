@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from jobs.alerts.channels import Channel, registered
 from jobs.alerts.targets import require_http_url
+from jobs.runlog.lines import level_number
 
 # What the app assumes when a project sets nothing (so `INSTALLED_APPS` is all it needs); this
 # repository's project/settings.py reads each from the environment with the same defaults.
@@ -171,19 +172,12 @@ def get_ops_conf() -> OpsConf:
 
 # --- a run's own log (jobs.runlog) --------------------------------------------------------------
 
-RUN_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
-
-def run_log_level(name: str, text: object) -> int:
-    """The ``logging`` level named ``text`` (one of ``RUN_LOG_LEVELS``, any case);
-    ``ImproperlyConfigured`` naming ``name`` otherwise."""
-    level = str(text).strip().upper()
-    if level not in RUN_LOG_LEVELS:
-        raise ImproperlyConfigured(
-            f"{name}={text!r} is not a log level: use one of {', '.join(RUN_LOG_LEVELS)}."
-        )
-    value: int = logging.getLevelName(level)
-    return value
+def _run_log_level(text: object) -> int:
+    try:
+        return level_number(text)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"JOBS_RUN_LOG_LEVEL={text!r}: {exc}.") from None
 
 
 @dataclass(frozen=True)
@@ -222,7 +216,7 @@ class RunLogConf:
 def get_run_log_conf() -> RunLogConf:
     return RunLogConf(
         enabled=bool(_setting("JOBS_RUN_LOG")),
-        level=run_log_level("JOBS_RUN_LOG_LEVEL", _setting("JOBS_RUN_LOG_LEVEL")),
+        level=_run_log_level(_setting("JOBS_RUN_LOG_LEVEL")),
         max_lines=int(_setting("JOBS_RUN_LOG_MAX_LINES")),
         max_line_chars=int(_setting("JOBS_RUN_LOG_MAX_LINE_CHARS")),
         flush_seconds=float(_setting("JOBS_RUN_LOG_FLUSH_SECONDS")),

@@ -797,7 +797,15 @@ class RunLogLine(models.Model):
     reader tells how many were cut from the gap. The lines go with their run (``ON DELETE
     CASCADE`` in the database too, so any deletion of runs takes them)."""
 
-    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="log_lines", db_index=False)
+    # The constraint is the migration's own (0039), with ON DELETE CASCADE: Django's would not
+    # cascade in the database.
+    run = models.ForeignKey(
+        JobRun,
+        on_delete=models.CASCADE,
+        related_name="log_lines",
+        db_index=False,
+        db_constraint=False,
+    )
     seq = models.BigIntegerField(help_text="The line's number in its run's log, from 1.")
     at = models.DateTimeField(help_text="When it was logged, by the worker's clock.")
     level = models.CharField(

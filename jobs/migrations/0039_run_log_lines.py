@@ -8,16 +8,8 @@ from django.db import migrations, models
 from jobs.postgres_only import run_sql
 
 CASCADE_IN_THE_DATABASE = """
-DO $$
-DECLARE
-    made text;
-BEGIN
-    SELECT conname INTO made FROM pg_constraint
-     WHERE conrelid = 'jobs_runlogline'::regclass AND contype = 'f';
-    EXECUTE format('ALTER TABLE jobs_runlogline DROP CONSTRAINT %I', made);
-    ALTER TABLE jobs_runlogline ADD CONSTRAINT jobs_runlogline_run_cascade
-        FOREIGN KEY (run_id) REFERENCES jobs_jobrun (id) ON DELETE CASCADE;
-END $$;
+ALTER TABLE jobs_runlogline ADD CONSTRAINT jobs_runlogline_run_cascade
+    FOREIGN KEY (run_id) REFERENCES jobs_jobrun (id) ON DELETE CASCADE
 """
 
 
@@ -36,7 +28,7 @@ class Migration(migrations.Migration):
                 ('at', models.DateTimeField(help_text="When it was logged, by the worker's clock.")),
                 ('level', models.CharField(help_text='DEBUG to CRITICAL, or STDOUT / STDERR for what was printed.', max_length=16)),
                 ('message', models.TextField()),
-                ('run', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='log_lines', to='jobs.jobrun')),
+                ('run', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='log_lines', to='jobs.jobrun')),
             ],
             options={
                 'ordering': ['run', 'seq'],
