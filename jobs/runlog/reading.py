@@ -33,7 +33,7 @@ class Entry:
     def record(self) -> dict[str, Any]:
         return {
             "seq": self.seq,
-            "at": None if self.at is None else self.at.isoformat(),
+            "at": None if self.at is None else self.at.isoformat(timespec="milliseconds"),
             "level": self.level,
             "message": self.message,
             "cut": self.cut,

@@ -76,9 +76,21 @@ def test_the_record_is_json_ready(run: JobRun) -> None:
         "run": run.pk,
         "status": "scheduled",
         "lines": [
-            {"seq": 1, "at": AT.isoformat(), "level": "INFO", "message": "line 1", "cut": 0},
+            {
+                "seq": 1,
+                "at": AT.isoformat(timespec="milliseconds"),
+                "level": "INFO",
+                "message": "line 1",
+                "cut": 0,
+            },
             {"seq": None, "at": None, "level": "CUT", "message": "[1 line cut]", "cut": 1},
-            {"seq": 3, "at": AT.isoformat(), "level": "INFO", "message": "line 3", "cut": 0},
+            {
+                "seq": 3,
+                "at": AT.isoformat(timespec="milliseconds"),
+                "level": "INFO",
+                "message": "line 3",
+                "cut": 0,
+            },
         ],
         "cursor": 3,
         "finished": False,

@@ -162,3 +162,29 @@ def test_the_cli_refuses_bad_input_naming_it() -> None:
     assert error.returncode == 2
     unknown = jobs_error("log", "424242")
     assert str(unknown) == "jobs log: error: no run with id 424242" and unknown.returncode == 1
+
+
+# --- the admin ----------------------------------------------------------------------------------
+
+
+def test_the_runs_page_shows_its_log_and_follows_it_from_the_api(
+    admin_client: Client, talked: JobRun
+) -> None:
+    page = admin_client.get(f"/admin/jobs/jobrun/{talked.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'data-url="/api/runs/{talked.pk}/log"' in html and 'data-cursor="7"' in html
+    assert 'data-finished="true"' in html
+    assert "DEBUG a debug line" in html and "hunter2" not in html
+    assert "fetch(log.dataset.url" in html  # the script that follows a running run
+    # The session that shows the page may read the API the script asks.
+    follow = admin_client.get(f"/api/runs/{talked.pk}/log", {"cursor": 7})
+    assert follow.status_code == 200 and follow.json()["finished"] is True
+
+
+def test_a_running_runs_page_waits_for_lines(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    run = new_run(make_job("quiet"))
+    html = admin_client.get(f"/admin/jobs/jobrun/{run.pk}/change/").content.decode()
+    assert 'data-finished="false"' in html and "No line yet." in html
