@@ -1,17 +1,21 @@
-"""Writes the lines of the runs in progress in this process, from one background thread on a
-database connection of its own: never in the job's transaction, never on its connection.
+"""Writes the lines of the runs in progress in this process on a database connection of the run
+log's own: never in the job's transaction, never on its connection.
 
-Every ``JOBS_RUN_LOG_FLUSH_SECONDS`` (sooner when many lines wait, ``lines.WRITE_EARLY_AT``) the
-thread writes each open run's new lines in one transaction: the lines, and the deletion of
-earlier lines its bounds now cut. A worker killed -9 so leaves its run's lines up to about one
-period before its death. When a run ends, ``close`` waits for its last lines to be written,
-so a run's log is whole once its outcome is recorded.
+A background thread writes each open run's new lines every ``JOBS_RUN_LOG_FLUSH_SECONDS``
+(sooner when many lines wait, ``lines.WRITE_EARLY_AT``), one statement a run: the lines, and the
+deletion of earlier lines its bounds now cut. A worker killed -9 so leaves its run's lines up to
+about one period before its death. When a run ends, ``close`` writes its last lines itself, from
+the job's thread on the same connection (no hand-off to wait for), so a run's log is whole once
+its outcome is recorded. A run's writes are serialized by its own lock, so a batch never lands
+after the next one (whose deletions it would undo).
 
-The thread starts on first use in each process (a forked pool process starts its own), opens its
-connection at its first write, keeps it while any run is open and ``LINGER_SECONDS`` after the
-last one ends (runs that follow each other reuse it), then closes it. A write that fails (the
-database unreachable, the run deleted) is logged, its lines dropped, and the connection replaced
-at the next write: the run's own outcome never depends on its log.
+The connection is a Django connection of its own (``connections.create_connection``, shared by
+the thread and the runs' ends under a lock): opened at the first write, kept while any run is
+open and ``LINGER_SECONDS`` after the last one ended (runs that follow each other reuse it), then
+closed. Its commits do not wait for the disk (``synchronous_commit = off``): a log is not an
+outcome, so a database crash may lose its last moment's lines, never a run's record. A write
+that fails (the database unreachable, the run deleted) is logged, its lines dropped, and the
+connection replaced at the next write: the run's own outcome never depends on its log.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from jobs.runlog.lines import Batch, Lines
 
@@ -31,49 +36,55 @@ log = logging.getLogger(__name__)
 
 # How long the thread keeps its connection after the last open run ended.
 LINGER_SECONDS = 2.0
-# How long a run's end waits for its last lines to be written.
-CLOSE_TIMEOUT_SECONDS = 10.0
+# How long ``shutdown`` waits for the thread to end.
+STOP_TIMEOUT_SECONDS = 10.0
 
-_INSERT = """
+# One statement, so one round trip in autocommit: the lines the bounds now cut go, the new ones
+# come (a batch written again is a no-op).
+_WRITE = """
+WITH cut AS (
+    DELETE FROM jobs_runlogline
+     WHERE run_id = %(run)s AND seq > %(cut_after)s AND seq <= %(cut_through)s
+)
 INSERT INTO jobs_runlogline (run_id, seq, at, level, message)
-SELECT %s, seq, at, level, message
-  FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::text[]) AS t(seq, at, level, message)
+SELECT %(run)s, seq, at, level, message
+  FROM unnest(%(seqs)s::bigint[], %(ats)s::timestamptz[], %(levels)s::text[], %(messages)s::text[])
+       AS t(seq, at, level, message)
 ON CONFLICT (run_id, seq) DO NOTHING
 """
-_CUT = "DELETE FROM jobs_runlogline WHERE run_id = %s AND seq > %s AND seq <= %s"
 
 
-def write(run_id: int, batch: Batch, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Store ``batch`` of run ``run_id`` in one transaction (on the calling thread's connection)."""
+def write(run_id: int, batch: Batch, database: BaseDatabaseWrapper | None = None) -> None:
+    """Store ``batch`` of run ``run_id`` in one statement (on ``database``, else the calling
+    thread's default connection)."""
     lines = batch.lines
-    with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        if batch.cut_through:
-            cursor.execute(_CUT, [run_id, batch.cut_after, batch.cut_through])
-        if lines:
-            cursor.execute(
-                _INSERT,
-                [
-                    run_id,
-                    [line.seq for line in lines],
-                    [datetime.fromtimestamp(line.at, UTC) for line in lines],
-                    [line.level for line in lines],
-                    [line.message for line in lines],
-                ],
-            )
+    with (database or connections[DEFAULT_DB_ALIAS]).cursor() as cursor:
+        cursor.execute(
+            _WRITE,
+            {
+                "run": run_id,
+                "cut_after": batch.cut_after,
+                "cut_through": batch.cut_through,
+                "seqs": [line.seq for line in lines],
+                "ats": [datetime.fromtimestamp(line.at, UTC) for line in lines],
+                "levels": [line.level for line in lines],
+                "messages": [line.message for line in lines],
+            },
+        )
 
 
 class _Open:
-    """One run's lines and whether its end waits for them."""
+    """One run's lines, written under its own lock."""
 
     def __init__(self, run_id: int, lines: Lines) -> None:
         self.run_id = run_id
         self.lines = lines
-        self.closing = False
-        self.closed = threading.Event()
+        self.lock = threading.Lock()
 
 
 class Writer:
-    """The one thread per process that writes every open run's lines."""
+    """The run log's connection, and the one thread per process that writes every open run's
+    lines while it goes."""
 
     def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
         self.using = using
@@ -88,7 +99,9 @@ class Writer:
         self._pid = 0
         self._idle_since: float | None = None
         self._stop = False
-        # The server process of the thread's connection at its last write (tests read it).
+        self._database_lock = threading.Lock()
+        self._database: BaseDatabaseWrapper | None = None
+        # The server process of the connection at its last write (tests read it).
         self.connected_as: int | None = None
 
     @property
@@ -113,55 +126,68 @@ class Writer:
         self._wake.set()
 
     def close(self, run_id: int) -> bool:
-        """The run ended: returns once its last lines are written (or dropped), or after
-        ``CLOSE_TIMEOUT_SECONDS``; whether they were."""
+        """The run ended: write its last lines now, in the calling thread; whether every line
+        taken was written."""
         with self._lock:
-            entry = self._open.get(run_id)
-            if entry is None:
-                return True
-            if not entry.lines.count:  # nothing ever logged: nothing to wait for
-                del self._open[run_id]
-                return True
-            entry.closing = True
-        self._wake.set()
-        return entry.closed.wait(CLOSE_TIMEOUT_SECONDS)
+            entry = self._open.pop(run_id, None)
+        return True if entry is None else self._write(entry)
 
     def _run(self) -> None:
         try:
-            while True:
+            while not self._stop:
                 self._wake.clear()
                 with self._lock:
                     entries = list(self._open.values())
                 for entry in entries:
                     self._write(entry)
-                if self._stop:
-                    return
                 if self._idle_long_enough():
-                    _close(self.using)
+                    self._disconnect()
                 self._wake.wait(self.period)
         finally:
-            _close(self.using)
+            self._disconnect()
 
-    def _write(self, entry: _Open) -> None:
-        closing = entry.closing  # read before taking: lines added before the end are in
-        batch = entry.lines.take()
-        if batch:
-            try:
-                write(entry.run_id, batch, self.using)
-                self.connected_as = _backend_pid(self.using)
-            except Exception as exc:  # the log is best effort: one failure must not stop it
-                log.warning(
-                    "could not write %d line(s) of run %s's log: %s",
-                    len(batch.lines),
-                    entry.run_id,
-                    exc,
-                    extra={"action": "run_log_not_written", "run_id": entry.run_id},
-                )
-                _close(self.using)
-        if closing:
-            with self._lock:
-                self._open.pop(entry.run_id, None)
-            entry.closed.set()
+    def _write(self, entry: _Open) -> bool:
+        with entry.lock:
+            batch = entry.lines.take()
+            if not batch:
+                return True
+            with self._database_lock:
+                try:
+                    database = self._connected()
+                    write(entry.run_id, batch, database)
+                except Exception as exc:  # the log is best effort: a failure must not spread
+                    log.warning(
+                        "could not write %d line(s) of run %s's log: %s",
+                        len(batch.lines),
+                        entry.run_id,
+                        exc,
+                        extra={"action": "run_log_not_written", "run_id": entry.run_id},
+                    )
+                    self._disconnect_locked()
+                    return False
+        return True
+
+    def _connected(self) -> BaseDatabaseWrapper:
+        """The run log's own connection, opened if need be (under ``_database_lock``)."""
+        if self._database is None:
+            database = connections.create_connection(self.using)
+            database.inc_thread_sharing()  # the thread and the runs' ends, one at a time
+            self._database = database
+        if self._database.connection is None:
+            self._database.ensure_connection()
+            with self._database.cursor() as cursor:
+                cursor.execute("SET synchronous_commit = off")
+            self.connected_as = int(self._database.connection.info.backend_pid)
+        return self._database
+
+    def _disconnect(self) -> None:
+        with self._database_lock:
+            self._disconnect_locked()
+
+    def _disconnect_locked(self) -> None:
+        if self._database is not None:
+            with contextlib.suppress(DatabaseError):  # a broken one may fail to close cleanly
+                self._database.close()
 
     def _idle_long_enough(self) -> bool:
         with self._lock:
@@ -174,29 +200,28 @@ class Writer:
         return now - self._idle_since >= LINGER_SECONDS
 
     def shutdown(self) -> None:
-        """Write what is open, stop the thread and close its connection now (a test process
-        about to drop its database; the thread starts again at the next run)."""
+        """Write what is open, stop the thread and close the connection now (a test process
+        about to drop its database; all starts again at the next run)."""
         with self._lock:
             thread, self._stop = self._thread, True
+            entries = list(self._open.values())
         if thread is not None and thread.is_alive() and self._pid == os.getpid():
             self._wake.set()
-            thread.join(CLOSE_TIMEOUT_SECONDS)
+            thread.join(STOP_TIMEOUT_SECONDS)
+        for entry in entries:
+            self._write(entry)
+        self._disconnect()
         self._start_afresh()
 
     def forget_after_fork(self) -> None:
-        """In a forked child: the parent's runs and thread are not this process's."""
+        """In a forked child: the parent's runs, thread and connection are not this process's
+        (the connection's socket is the parent's: kept from the garbage collector, whose close
+        would end the parent's session, and never used)."""
+        if self._database is not None:
+            _INHERITED.append(self._database)
         self._start_afresh()
 
 
-def _backend_pid(using: str) -> int | None:
-    raw = connections[using].connection
-    return None if raw is None else int(raw.info.backend_pid)
-
-
-def _close(using: str) -> None:
-    with contextlib.suppress(DatabaseError):  # a broken connection may fail to close cleanly
-        connections[using].close()
-
-
+_INHERITED: list[BaseDatabaseWrapper] = []
 WRITER = Writer()
 os.register_at_fork(after_in_child=WRITER.forget_after_fork)
