@@ -58,7 +58,11 @@ def write(run_id: int, batch: Batch, database: BaseDatabaseWrapper | None = None
     """Store ``batch`` of run ``run_id`` in one statement (on ``database``, else the calling
     thread's default connection)."""
     lines = batch.lines
-    with (database or connections[DEFAULT_DB_ALIAS]).cursor() as cursor:
+    database = database or connections[DEFAULT_DB_ALIAS]
+    database.ensure_connection()
+    # psycopg's own cursor: Django's wrapper adds nothing this statement needs (and, in DEBUG,
+    # renders every array into the query's text).
+    with database.connection.cursor() as cursor:
         cursor.execute(
             _WRITE,
             {
