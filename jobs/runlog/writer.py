@@ -27,6 +27,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -60,9 +61,9 @@ def write(run_id: int, batch: Batch, database: BaseDatabaseWrapper | None = None
     lines = batch.lines
     database = database or connections[DEFAULT_DB_ALIAS]
     database.ensure_connection()
-    # psycopg's own cursor: Django's wrapper adds nothing this statement needs (and, in DEBUG,
-    # renders every array into the query's text).
-    with database.connection.cursor() as cursor:
+    # psycopg's own cursor, binding on the server (and prepared after a few writes): Django's
+    # wrapper and client-side cursor would render every array into the query's text.
+    with psycopg.Cursor(database.connection) as cursor:
         cursor.execute(
             _WRITE,
             {
