@@ -132,8 +132,8 @@ def capturing(
         RunStream(out, "STDOUT", lines, writer) if out is not None else None,
         RunStream(err, "STDERR", lines, writer) if err is not None else None,
     ]
-    sys.stdout = streams[0] or out  # type: ignore[assignment]
-    sys.stderr = streams[1] or err  # type: ignore[assignment]
+    sys.stdout = streams[0] or out
+    sys.stderr = streams[1] or err
     try:
         yield lines
     finally:

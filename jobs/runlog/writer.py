@@ -178,12 +178,15 @@ class Writer:
             database = connections.create_connection(self.using)
             database.inc_thread_sharing()  # the thread and the runs' ends, one at a time
             self._database = database
-        if self._database.connection is None:
-            self._database.ensure_connection()
-            with self._database.cursor() as cursor:
+        database = self._database
+        if database.connection is None:
+            database.ensure_connection()
+            raw = database.connection
+            assert raw is not None
+            with raw.cursor() as cursor:
                 cursor.execute("SET synchronous_commit = off")
-            self.connected_as = int(self._database.connection.info.backend_pid)
-        return self._database
+            self.connected_as = int(raw.info.backend_pid)
+        return database
 
     def _disconnect(self) -> None:
         with self._database_lock:

@@ -104,7 +104,7 @@ def test_printed_lines_are_kept_and_still_printed(
 def test_streams_celery_redirects_into_a_logger_are_kept_once(writer: HeldWriter) -> None:
     out, err = sys.stdout, sys.stderr
     redirected = logging.getLogger("celery.redirected")
-    sys.stdout = LoggingProxy(redirected, logging.WARNING)  # type: ignore[assignment]
+    sys.stdout = LoggingProxy(redirected, logging.WARNING)
     try:
         with capturing(1, conf=CONF, writer=writer):
             print("printed under celery")
