@@ -4,6 +4,7 @@ and bounded in memory to the first and last lines, with the range of written lin
 from __future__ import annotations
 
 import logging
+import tracemalloc
 
 import pytest
 
@@ -81,3 +82,18 @@ def test_levels_are_named_as_logging_names_them() -> None:
     assert level_number(" WARNING ") == logging.WARNING
     with pytest.raises(ValueError, match="DEBUG, INFO, WARNING, ERROR, CRITICAL"):
         level_number("LOUD")
+
+
+def test_a_great_many_lines_cost_the_memory_of_the_bounds() -> None:
+    lines = _lines(head=50, tail=50, max_chars=200)
+    tracemalloc.start()
+    try:
+        for number in range(200_000):
+            lines.add("INFO", f"line {number} " + "x" * 100, 0.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines.count == 200_000
+    assert peak < 1_000_000, f"{peak} bytes at the peak"  # all of them would be ~30 MB
+    batch = lines.take()
+    assert len(batch.lines) == 100 and batch.lines[-1].seq == 200_000
