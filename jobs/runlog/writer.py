@@ -12,10 +12,11 @@ after the next one (whose deletions it would undo).
 The connection is a Django connection of its own (``connections.create_connection``, shared by
 the thread and the runs' ends under a lock): opened at the first write, kept while any run is
 open and ``LINGER_SECONDS`` after the last one ended (runs that follow each other reuse it), then
-closed. Its commits do not wait for the disk (``synchronous_commit = off``): a log is not an
-outcome, so a database crash may lose its last moment's lines, never a run's record. A write
-that fails (the database unreachable, the run deleted) is logged, its lines dropped, and the
-connection replaced at the next write: the run's own outcome never depends on its log.
+closed. Its commits do not wait for the disk (``SET LOCAL synchronous_commit = off``, with the
+statement and the commit in one round trip): a log is not an outcome, so a database crash may
+lose its last moment's lines, never a run's record. A write that fails (the database
+unreachable, the run deleted) is logged, its lines dropped, and the connection replaced at the
+next write: the run's own outcome never depends on its log.
 """
 
 from __future__ import annotations
@@ -55,27 +56,42 @@ ON CONFLICT (run_id, seq) DO NOTHING
 """
 
 
-def write(run_id: int, batch: Batch, database: BaseDatabaseWrapper | None = None) -> None:
+def write(
+    run_id: int,
+    batch: Batch,
+    database: BaseDatabaseWrapper | None = None,
+    *,
+    unhurried: bool = False,
+) -> None:
     """Store ``batch`` of run ``run_id`` in one statement (on ``database``, else the calling
-    thread's default connection)."""
+    thread's default connection). ``unhurried``: in a transaction of its own whose commit does
+    not wait for the disk, sent in one round trip (``SET LOCAL``, so a transaction pooler's
+    server connection carries nothing of it to its next client)."""
     lines = batch.lines
     database = database or connections[DEFAULT_DB_ALIAS]
     database.ensure_connection()
-    # psycopg's own cursor, binding on the server (and prepared after a few writes): Django's
-    # wrapper and client-side cursor would render every array into the query's text.
-    with psycopg.Cursor(database.connection) as cursor:
-        cursor.execute(
-            _WRITE,
-            {
-                "run": run_id,
-                "cut_after": batch.cut_after,
-                "cut_through": batch.cut_through,
-                "seqs": [line.seq for line in lines],
-                "ats": [datetime.fromtimestamp(line.at, UTC) for line in lines],
-                "levels": [line.level for line in lines],
-                "messages": [line.message for line in lines],
-            },
-        )
+    raw = database.connection
+    assert raw is not None
+    params = {
+        "run": run_id,
+        "cut_after": batch.cut_after,
+        "cut_through": batch.cut_through,
+        "seqs": [line.seq for line in lines],
+        "ats": [datetime.fromtimestamp(line.at, UTC) for line in lines],
+        "levels": [line.level for line in lines],
+        "messages": [line.message for line in lines],
+    }
+    # psycopg's own cursor, binding on the server: Django's wrapper and client-side cursor would
+    # render every array into the query's text.
+    if not unhurried:
+        with psycopg.Cursor(raw) as cursor:
+            cursor.execute(_WRITE, params)
+        return
+    with raw.pipeline(), psycopg.Cursor(raw) as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("SET LOCAL synchronous_commit = off")
+        cursor.execute(_WRITE, params)
+        cursor.execute("COMMIT")
 
 
 class _Open:
@@ -159,7 +175,7 @@ class Writer:
             with self._database_lock:
                 try:
                     database = self._connected()
-                    write(entry.run_id, batch, database)
+                    write(entry.run_id, batch, database, unhurried=True)
                 except Exception as exc:  # the log is best effort: a failure must not spread
                     log.warning(
                         "could not write %d line(s) of run %s's log: %s",
@@ -183,8 +199,6 @@ class Writer:
             database.ensure_connection()
             raw = database.connection
             assert raw is not None
-            with raw.cursor() as cursor:
-                cursor.execute("SET synchronous_commit = off")
             self.connected_as = int(raw.info.backend_pid)
         return database
 

@@ -160,3 +160,21 @@ def _backend_alive(pid: int) -> bool:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
         (count,) = cursor.fetchone()
     return bool(count)
+
+
+def test_the_unhurried_commit_leaves_nothing_on_the_session(
+    run: JobRun, writers: Callable[[], Writer]
+) -> None:
+    """``SET LOCAL`` only: behind a transaction pooler, the server connection goes on to other
+    clients, whose commits must still wait for the disk."""
+    writer = writers()
+    lines = Lines(head=5, tail=5, max_chars=100)
+    writer.open(run.pk, lines, 3600)
+    lines.add("INFO", "one", 0.0)
+    assert writer.close(run.pk)
+    database = writer._database
+    assert database is not None and database.connection is not None
+    with database.connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("on",)
+    assert _stored(run) == [(1, "INFO", "one")]
