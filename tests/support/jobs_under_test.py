@@ -172,14 +172,20 @@ _talker = logging.getLogger("tests.talk")
 
 
 @job("tests.talk")
-def talk(ctx: JobContext, count: int, every: float = 0.0, log: str = "") -> int:
-    """Logs ``count`` lines (``line N at EPOCH``), one per ``every`` seconds; with ``log``, appends
-    ``N EPOCH`` to that file after each, so a test knows how far it got."""
+def talk(
+    ctx: JobContext, count: int, every: float = 0.0, log: str = "", prints: bool = False
+) -> int:
+    """Logs ``count`` lines (``line N at EPOCH``), one per ``every`` seconds (with ``prints``,
+    every even one printed instead); with ``log``, appends ``N EPOCH`` to that file after each,
+    so a test knows how far it got."""
     for number in range(1, count + 1):
         if number > 1 and every:
             time.sleep(every)  # the job's own pace; ctx.stopping is not this test's concern
         at = time.time()
-        _talker.info("line %d at %.6f", number, at)
+        if prints and number % 2 == 0:
+            print(f"line {number} at {at:.6f}")
+        else:
+            _talker.info("line %d at %.6f", number, at)
         if log:
             append_line(log, f"{number} {at:.6f}")
     return count
