@@ -7,7 +7,10 @@ import logging
 import tracemalloc
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
+from jobs.conf import RunLogConf, get_run_log_conf
 from jobs.redaction import MASK
 from jobs.runlog.lines import Batch, Lines, level_number, storable
 
@@ -97,3 +100,31 @@ def test_a_great_many_lines_cost_the_memory_of_the_bounds() -> None:
     assert peak < 1_000_000, f"{peak} bytes at the peak"  # all of them would be ~30 MB
     batch = lines.take()
     assert len(batch.lines) == 100 and batch.lines[-1].seq == 200_000
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_lines": 1}, "JOBS_RUN_LOG_MAX_LINES must be at least 2"),
+        ({"max_line_chars": 10}, "JOBS_RUN_LOG_MAX_LINE_CHARS must be at least 80"),
+        ({"flush_seconds": 0}, "JOBS_RUN_LOG_FLUSH_SECONDS must be positive"),
+    ],
+)
+def test_the_bounds_are_validated_naming_the_variable(
+    fields: dict[str, float], message: str
+) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message):
+        RunLogConf(**fields)  # type: ignore[arg-type]
+
+
+def test_the_configured_level_is_validated_naming_the_variable() -> None:
+    get_run_log_conf.cache_clear()
+    try:
+        with (
+            override_settings(JOBS_RUN_LOG_LEVEL="LOUD"),
+            pytest.raises(ImproperlyConfigured, match="JOBS_RUN_LOG_LEVEL='LOUD': not a log level"),
+        ):
+            get_run_log_conf()
+    finally:
+        get_run_log_conf.cache_clear()
+    assert RunLogConf().head_lines == 1000 and RunLogConf(max_lines=5).tail_lines == 3
