@@ -133,6 +133,26 @@ MEANINGS: Mapping[str, tuple[str, str]] = {
         "",
     ),
     "JOBS_RETENTION_INTERVAL": ("how often maintenance prunes (s)", ""),
+    "JOBS_RUN_LOG": (
+        "`0`: runs keep no log of their own (what their code logs and prints is not captured)",
+        "",
+    ),
+    "JOBS_RUN_LOG_LEVEL": (
+        "the lowest level of a run's `logging` lines kept with it (`DEBUG`, `INFO`, `WARNING`, "
+        "`ERROR`, `CRITICAL`); `@job(log_level=...)` sets a job's own",
+        "",
+    ),
+    "JOBS_RUN_LOG_MAX_LINES": (
+        "at most this many lines kept per run: its first and last halves, a line saying how many "
+        "were cut between",
+        "",
+    ),
+    "JOBS_RUN_LOG_MAX_LINE_CHARS": ("a longer line of a run's log is cut to this length", ""),
+    "JOBS_RUN_LOG_FLUSH_SECONDS": (
+        "how often a running run's new lines are written (s): a worker killed -9 loses at most "
+        "about this much of its run's log",
+        "",
+    ),
     "JOBS_RETENTION_VACUUM": (
         "`0`: a pruning pass that deleted runs does not `VACUUM` the run and lease tables "
         "afterwards (leave it to autovacuum)",

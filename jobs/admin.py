@@ -81,6 +81,7 @@ from jobs.models import (
     RunStatus,
 )
 from jobs.registry import POLICY_FIELDS
+from jobs.runlog import reading
 from jobs.web import duration_chart, serializers, tokens
 
 for _beat_model in (
@@ -761,8 +762,11 @@ class JobRunAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     change_list_template = "admin/jobs/jobrun/change_list.html"
+    # The run's log follows a running run without a reload (the template's script).
+    change_form_template = "admin/jobs/jobrun/change_form.html"
     readonly_fields = [
         "job_link", "status_badge", "lag", "duration", "traceback_block", "flower", "chain",
+        "log_block",
     ]  # fmt: skip
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
@@ -823,6 +827,7 @@ class JobRunAdmin(ReadOnlyAdmin):
             },
         ),
         ("Error", {"fields": ["error", "traceback_block"]}),
+        ("Log", {"fields": ["log_block"]}),
     ]
 
     @admin.display(description="job", ordering="job__name")
@@ -860,6 +865,22 @@ class JobRunAdmin(ReadOnlyAdmin):
         if not run.traceback:
             return "-"
         return format_html('<pre style="white-space: pre-wrap">{}</pre>', run.traceback)
+
+    @admin.display(description="log")
+    def log_block(self, run: JobRun) -> SafeString:
+        """What the run's code logged and printed (jobs.runlog): the first page here, the rest
+        (and a running run's new lines) fetched by the page's script from the API."""
+        page = reading.page(run.pk)
+        return format_html(
+            '<pre id="run-log" class="run-log" data-url="{}" data-cursor="{}" data-finished="{}">'
+            "{}</pre>"
+            '<p class="help" id="run-log-state">{}</p>',
+            reverse("api_run_log", args=[run.pk]),
+            page.cursor,
+            "true" if page.finished else "false",
+            "\n".join(entry.text() for entry in page.entries),
+            "" if page.entries or page.finished else "No line yet.",
+        )
 
 
 @admin.register(Lease)

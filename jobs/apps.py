@@ -16,11 +16,12 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from jobs.conf import get_alerts_conf, get_conf, get_ops_conf
+        from jobs.conf import get_alerts_conf, get_conf, get_ops_conf, get_run_log_conf
 
         conf = get_conf()  # validates the JOBS_* settings now, not at first use
         get_ops_conf()  # the operations settings (health, metrics, retention), likewise
         get_alerts_conf()  # where alerts go, likewise
+        get_run_log_conf()  # what a run's own log keeps, likewise
         # Every installed app's `jobs` module registers its job functions (ours has none).
         autodiscover_modules("jobs")
         for module in conf.modules:

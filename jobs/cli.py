@@ -284,6 +284,15 @@ def count_up_to(most: int) -> Callable[[str], int]:
 
 
 @argument_type
+def run_id(text: str) -> int:
+    """A run's id: a whole number a run's id can be (PostgreSQL's bigint)."""
+    digits = len(text) <= 19 and text.isascii() and text.isdigit()
+    if not digits or not 1 <= int(text) <= 2**63 - 1:
+        raise ValueError(f"{_shown(text)} is not a run id (a whole number, e.g. 42)")
+    return int(text)
+
+
+@argument_type
 def seconds(text: str) -> float:
     """A number of seconds, zero or more: ``"2"``, ``"0.5"``, ``"0"``."""
     try:

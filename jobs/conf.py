@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from jobs.alerts.channels import Channel, registered
 from jobs.alerts.targets import require_http_url
+from jobs.runlog.lines import level_number
 
 # What the app assumes when a project sets nothing (so `INSTALLED_APPS` is all it needs); this
 # repository's project/settings.py reads each from the environment with the same defaults.
@@ -45,6 +47,11 @@ DEFAULTS: Mapping[str, object] = MappingProxyType(
         "JOBS_RETENTION_INTERVAL": 3600.0,
         "JOBS_RETENTION_VACUUM": True,
         "JOBS_PUBLIC_URL": "",
+        "JOBS_RUN_LOG": True,
+        "JOBS_RUN_LOG_LEVEL": "INFO",
+        "JOBS_RUN_LOG_MAX_LINES": 2000,
+        "JOBS_RUN_LOG_MAX_LINE_CHARS": 4000,
+        "JOBS_RUN_LOG_FLUSH_SECONDS": 1.0,
     }
 )
 
@@ -160,6 +167,59 @@ def get_ops_conf() -> OpsConf:
         ),
         retention_interval=float(_setting("JOBS_RETENTION_INTERVAL")),
         retention_vacuum=bool(_setting("JOBS_RETENTION_VACUUM")),
+    )
+
+
+# --- a run's own log (jobs.runlog) --------------------------------------------------------------
+
+
+def _run_log_level(text: object) -> int:
+    try:
+        return level_number(text)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"JOBS_RUN_LOG_LEVEL={text!r}: {exc}.") from None
+
+
+@dataclass(frozen=True)
+class RunLogConf:
+    # Whether runs keep their log at all (off: nothing is captured, nothing costs).
+    enabled: bool = True
+    # The lowest ``logging`` level kept, unless the job declares its own.
+    level: int = logging.INFO
+    # Lines kept per run: the first ``max_lines // 2`` and the last ``max_lines - that``.
+    max_lines: int = 2000
+    # A longer line is cut to this many characters.
+    max_line_chars: int = 4000
+    # How often the lines of a running run are written (seconds).
+    flush_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_lines < 2:
+            raise ImproperlyConfigured("JOBS_RUN_LOG_MAX_LINES must be at least 2.")
+        if self.max_line_chars < 80:
+            raise ImproperlyConfigured("JOBS_RUN_LOG_MAX_LINE_CHARS must be at least 80.")
+        if self.flush_seconds <= 0:
+            raise ImproperlyConfigured("JOBS_RUN_LOG_FLUSH_SECONDS must be positive (seconds).")
+
+    @property
+    def head_lines(self) -> int:
+        """How many of a run's first lines are kept whatever follows."""
+        return self.max_lines // 2
+
+    @property
+    def tail_lines(self) -> int:
+        """How many of a run's last lines are kept."""
+        return self.max_lines - self.head_lines
+
+
+@cache
+def get_run_log_conf() -> RunLogConf:
+    return RunLogConf(
+        enabled=bool(_setting("JOBS_RUN_LOG")),
+        level=_run_log_level(_setting("JOBS_RUN_LOG_LEVEL")),
+        max_lines=int(_setting("JOBS_RUN_LOG_MAX_LINES")),
+        max_line_chars=int(_setting("JOBS_RUN_LOG_MAX_LINE_CHARS")),
+        flush_seconds=float(_setting("JOBS_RUN_LOG_FLUSH_SECONDS")),
     )
 
 

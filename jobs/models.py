@@ -836,6 +836,41 @@ class JobRun(models.Model):
         return (self.started_at - self.scheduled_for).total_seconds()
 
 
+class RunLogLine(models.Model):
+    """One line of a run's own log (``jobs.runlog``): what its code logged or printed.
+
+    ``seq`` numbers a run's lines from 1 in the order they were written, with no gap except
+    where lines were cut (a run keeps its first and last lines, ``JOBS_RUN_LOG_MAX_LINES``): a
+    reader tells how many were cut from the gap. The lines go with their run (``ON DELETE
+    CASCADE`` in the database too, so any deletion of runs takes them)."""
+
+    # The constraint is the migration's own (0039), with ON DELETE CASCADE: Django's would not
+    # cascade in the database.
+    run = models.ForeignKey(
+        JobRun,
+        on_delete=models.CASCADE,
+        related_name="log_lines",
+        db_index=False,
+        db_constraint=False,
+    )
+    seq = models.BigIntegerField(help_text="The line's number in its run's log, from 1.")
+    at = models.DateTimeField(help_text="When it was logged, by the worker's clock.")
+    level = models.CharField(
+        max_length=16, help_text="DEBUG to CRITICAL, or STDOUT / STDERR for what was printed."
+    )
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            # Serves every read (a run's lines after a cursor) and makes a rewritten batch a no-op.
+            models.UniqueConstraint(fields=["run", "seq"], name="one_log_line_per_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.level} {self.message[:60]}"
+
+
 # A lease is live while it expires after now, by the database clock (guarantee 2): the ORM's
 # form of the rule every SQL statement asks through ``jobs.guard.lease.lease_live_pg``.
 LIVE_LEASE = Q(expires_at__gt=Now())

@@ -32,6 +32,7 @@ from celery.app.trace import task_has_custom
 
 from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
 from jobs.names import has_control_character, invisible_characters, job_name_problems, skeleton
+from jobs.runlog.lines import level_number
 from jobs.schedule.kinds import Cron, Definition, Triggered, parse_duration, parse_interval
 
 JobFunction = Callable[..., Any]
@@ -102,6 +103,9 @@ class JobSpec:
     # A Django ``@task`` of our backend (``func`` is Django's ``Task``): called with the job's
     # arguments, after Django's ``context`` when it ``takes_context`` (jobs.django_tasks).
     django: bool = False
+    # The lowest ``logging`` level its runs keep in their log (jobs.runlog); ``None``: the
+    # configured one, JOBS_RUN_LOG_LEVEL.
+    log_level: int | None = None
 
     def derive_lock_key(self, args: list[Any], kwargs: dict[str, Any]) -> str:
         """The lock key ``lock_key`` derives from a job's arguments; ``BadLockKey`` when it
@@ -254,6 +258,7 @@ def job(
     lock_key: str | Callable[..., str] | None = None,
     step_every: str | int | float | timedelta | None = None,
     after: Sequence[str] = (),
+    log_level: str | None = None,
     **policies: Any,
 ) -> Callable[[F], F]:
     """Register ``func(ctx, *args, **kwargs)`` as the job function ``name``.
@@ -262,7 +267,8 @@ def job(
     database on migrate; an operator may pause it or override its schedule in the admin.
     With ``step_every=`` (e.g. ``"2s"``), a continuous job of this function calls it once per
     step for as long as it holds its lease; without it, the function is called once per tenure
-    and loops until ``ctx.stopping`` is set.
+    and loops until ``ctx.stopping`` is set. ``log_level=`` (``"DEBUG"`` ... ``"CRITICAL"``) is
+    the lowest level of the lines its runs keep in their log (default ``JOBS_RUN_LOG_LEVEL``).
     """
     unknown = set(policies) - set(POLICY_FIELDS)
     if unknown:
@@ -282,6 +288,10 @@ def job(
         raise TypeError(f"@job({name!r}): after= takes a list of job names")
     if after and continuous:
         raise TypeError(f"@job({name!r}): a continuous job cannot run after others")
+    try:
+        level = None if log_level is None else level_number(log_level)
+    except ValueError as exc:
+        raise TypeError(f"@job({name!r}): log_level={log_level!r}: {exc}") from None
     schedule: Definition | None = None
     if every is not None:
         schedule = parse_interval(every)
@@ -306,6 +316,7 @@ def job(
             policies=dict(policies),
             lock_key=lock_key,
             step_every=step_seconds,
+            log_level=level,
         )
         if lock_key is not None and spec.declares_job:
             try:

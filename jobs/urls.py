@@ -28,6 +28,7 @@ urlpatterns = [
     path("api/jobs/<str:name>/backfill", api.job_backfill, name="api_job_backfill"),
     path("api/runs", api.runs_collection, name="api_runs"),
     path("api/runs/<str:run_id>", api.run_detail, name="api_run"),
+    path("api/runs/<str:run_id>/log", api.run_log, name="api_run_log"),
     path("api/audit", api.audit_collection, name="api_audit"),
     path("api/blackouts", api.blackouts_collection, name="api_blackouts"),
     path("api/blackouts/<str:name>", api.blackout_detail, name="api_blackout"),

@@ -13,40 +13,16 @@ are hidden whole, and so is every name Celery hides, whatever its value.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from functools import wraps
 from typing import Any
 
 import celery.app.utils
-from celery.app.utils import HIDDEN_SETTINGS  # type: ignore[attr-defined]  # not in the stubs
 
-MASK = "********"
-# Names Celery leaves visible that carry credentials: ``user:password`` pairs, webhooks whose
-# URL is the secret, DSNs that embed a key.
-HIDDEN_NAMES = re.compile("BASIC_AUTH|CREDENTIAL|WEBHOOK|DSN", re.IGNORECASE)
-# ``scheme://user:password@``: the password runs to the ``@`` (a literal ``@`` or ``/`` in a
-# password must be percent-encoded in a URL). Several URLs in one value are all masked.
-URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s/@]+@")
+# The rules live with the app, which applies them to run logs too; this module installs them
+# into Celery.
+from jobs.redaction import HIDDEN_NAMES, MASK, URL_PASSWORD, redact
 
-
-def redact(value: Any, name: str | None = None) -> Any:
-    """``value`` with every URL's password masked, and masked whole under a hidden ``name``
-    (ours or Celery's); mappings, lists and tuples are walked."""
-    if name is not None and (HIDDEN_NAMES.search(name) or HIDDEN_SETTINGS.search(name)):
-        return MASK
-    if isinstance(value, str):
-        return URL_PASSWORD.sub(rf"\g<head>{MASK}@", value)
-    if isinstance(value, Mapping):
-        return {
-            key: redact(item, key if isinstance(key, str) else None) for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(redact(item) for item in value)
-    return value
-
+__all__ = ["HIDDEN_NAMES", "MASK", "URL_PASSWORD", "filter_hidden_settings", "install", "redact"]
 
 _celery_censor = celery.app.utils.filter_hidden_settings
 

@@ -270,6 +270,15 @@ JOBS_RETENTION = {
 JOBS_RETENTION_INTERVAL = env.float("JOBS_RETENTION_INTERVAL", default=3600.0, minimum=1.0)
 # A pruning pass that deleted runs vacuums the run and lease tables (jobs/upkeep/retention.py).
 JOBS_RETENTION_VACUUM = env.bool("JOBS_RETENTION_VACUUM", default=True)
+# A run's own log (jobs/runlog): what its code logs at JOBS_RUN_LOG_LEVEL or above (a job's
+# @job(log_level=...) overrides it) and writes to stdout/stderr, kept with the run. At most
+# JOBS_RUN_LOG_MAX_LINES lines a run (its first and last halves; a line says how many were cut
+# between), each cut to JOBS_RUN_LOG_MAX_LINE_CHARS, written every JOBS_RUN_LOG_FLUSH_SECONDS.
+JOBS_RUN_LOG = env.bool("JOBS_RUN_LOG", default=True)
+JOBS_RUN_LOG_LEVEL = env.str("JOBS_RUN_LOG_LEVEL", "INFO") or "INFO"
+JOBS_RUN_LOG_MAX_LINES = env.int("JOBS_RUN_LOG_MAX_LINES", default=2000, minimum=2)
+JOBS_RUN_LOG_MAX_LINE_CHARS = env.int("JOBS_RUN_LOG_MAX_LINE_CHARS", default=4000, minimum=80)
+JOBS_RUN_LOG_FLUSH_SECONDS = env.float("JOBS_RUN_LOG_FLUSH_SECONDS", default=1.0, minimum=0.05)
 # "plain" lines, or "json": one JSON object per line, each line of a run carrying its run id,
 # job, slot, fencing token and node (jobs.logcontext).
 JOBS_LOG_FORMAT = env.str("JOBS_LOG_FORMAT", "plain") or "plain"

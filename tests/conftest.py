@@ -16,3 +16,14 @@ def _forget_held_tokens() -> Iterator[None]:
 
     token_watch.reset()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _close_the_run_log_writer() -> Iterator[None]:
+    """A run executed in the test process leaves the run log's writer thread holding a
+    connection for a moment (jobs.runlog.writer): closed after each test, so no connection of it
+    outlives the test database."""
+    yield
+    from jobs.runlog.writer import WRITER
+
+    WRITER.shutdown()

@@ -38,6 +38,7 @@ from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
 from jobs.models import Job, Overlap, RunStatus
+from jobs.runlog import capture
 
 log = logging.getLogger(__name__)
 
@@ -398,7 +399,8 @@ def _call_with_soft_limit(spec: registry.JobSpec, job: Job, ctx: JobContext) -> 
 def _call(spec: registry.JobSpec, job: Job, ctx: JobContext) -> Outcome:
     try:
         # The worker's shutdown sets ctx.stopping too; what the function then returns counts.
-        with shutdown_notice.watching(ctx.stopping):
+        # What it logs and prints is kept with the run, written before its outcome is.
+        with shutdown_notice.watching(ctx.stopping), capture.capturing(ctx.run_id, spec.log_level):
             value: Any = spec.call(ctx, job.args, job.kwargs)
     except (WorkerShutdown, WorkerTerminate):
         # The worker's own end (a solo pool's hard shutdown raises it wherever the main thread

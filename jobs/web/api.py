@@ -58,6 +58,7 @@ from jobs.models import (
     alert_channel_values,
 )
 from jobs.registry import POLICY_FIELDS
+from jobs.runlog import reading
 from jobs.web import serializers, tokens, unavailable
 from jobs.web.openapi import (
     IDEMPOTENCY_KEY_MAX,
@@ -866,13 +867,37 @@ def _page(
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     # Read here, not by a path converter, so that "/api/runs/abc" is a JSON 404 as well.
     run = None
-    # Its length first: int() raises on a string of more than 4,300 digits.
-    digits = len(run_id) <= len(str(MAX_BIGINT)) and run_id.isascii() and run_id.isdigit()
-    if digits and int(run_id) <= MAX_BIGINT:
-        run = JobRun.objects.select_related("job").filter(pk=int(run_id)).first()
+    number = _run_number(run_id)
+    if number is not None:
+        run = JobRun.objects.select_related("job").filter(pk=number).first()
     if run is None:
         raise ApiError(404, f"no run with id {run_id!r}")
     return JsonResponse(serializers.run_record(run, with_traceback=True))
+
+
+def _run_number(run_id: str) -> int | None:
+    """The id a run's path gives, or ``None`` when no run can have it."""
+    # Its length first: int() raises on a string of more than 4,300 digits.
+    digits = len(run_id) <= len(str(MAX_BIGINT)) and run_id.isascii() and run_id.isdigit()
+    return int(run_id) if digits and int(run_id) <= MAX_BIGINT else None
+
+
+@endpoint({"GET": "jobs.view_jobrun"})
+def run_log(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The run's own log after ``cursor`` (the last ``seq`` read; 0, the start), the cursor to
+    ask with next, and whether the run finished: a follower asks again until ``finished``."""
+    query = Query(request, ("cursor", "limit"))
+    after = query.integer("cursor", 0, 0, MAX_BIGINT)
+    limit = query.integer("limit", reading.DEFAULT_LIMIT, 1, reading.MAX_LIMIT)
+    query.check()
+    number = _run_number(run_id)
+    if number is None:
+        raise ApiError(404, f"no run with id {run_id!r}", {"run_id": ["no such run"]})
+    try:
+        page = reading.page(number, after=after, limit=limit)
+    except NotFound:
+        raise ApiError(404, f"no run with id {run_id!r}", {"run_id": ["no such run"]}) from None
+    return JsonResponse(page.record())
 
 
 # --- the audit trail ---------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from jobs.models import (
     Trigger,
     alert_channel_values,
 )
+from jobs.runlog.reading import DEFAULT_LIMIT as RUN_LOG_DEFAULT_LIMIT
+from jobs.runlog.reading import MAX_LIMIT as RUN_LOG_MAX_LIMIT
 from jobs.web.serializers import RUN_FIELDS
 
 IDEMPOTENCY_KEY_MAX = 200
@@ -635,6 +637,41 @@ _SCHEMAS: dict[str, Any] = {
             "results": {"type": "array", "items": _ref("SlotFate")},
         },
     },
+    "RunLog": {
+        "type": "object",
+        "required": ["run", "status", "lines", "cursor", "finished"],
+        "properties": {
+            "run": {"type": "integer"},
+            "status": {"type": "string", "enum": RunStatus.values},
+            "lines": {"type": "array", "items": _ref("RunLogLine")},
+            "cursor": {
+                "type": "integer",
+                "description": "The last line's seq: ask again with it for the lines that follow.",
+            },
+            "finished": {
+                "type": "boolean",
+                "description": "The run ended and every line of its log was given: stop asking.",
+            },
+        },
+    },
+    "RunLogLine": {
+        "type": "object",
+        "required": ["seq", "at", "level", "message", "cut"],
+        "properties": {
+            "seq": _nullable({"type": "integer", "description": "The line's number, from 1."}),
+            "at": _nullable({**_DATETIME, "description": "When it was logged (worker's clock)."}),
+            "level": {
+                "type": "string",
+                "description": "DEBUG to CRITICAL; STDOUT or STDERR for a printed line; CUT for "
+                "the note of lines cut by the run's bounds.",
+            },
+            "message": {"type": "string", "description": "Secrets (URL passwords) masked."},
+            "cut": {
+                "type": "integer",
+                "description": "How many lines were cut here (a CUT note); 0 for a line.",
+            },
+        },
+    },
     "RunList": {
         "type": "object",
         "required": ["results", "next"],
@@ -951,6 +988,44 @@ def schema() -> dict[str, Any]:
                     "summary": "One run, with its traceback.",
                     "responses": {
                         "200": _json("The run.", _ref("Run")),
+                        **_BAD,
+                        **_NOT_FOUND,
+                        **_ERRORS,
+                    },
+                },
+            },
+            "/api/runs/{run_id}/log": {
+                "parameters": [
+                    {
+                        "name": "run_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "integer", "minimum": 0},
+                    }
+                ],
+                "get": {
+                    "operationId": "getRunLog",
+                    "summary": "The run's own log: what its code logged and printed, after a "
+                    "cursor; follow a running run by asking again with the cursor returned.",
+                    "parameters": [
+                        _query(
+                            "cursor",
+                            "Only the lines after this seq (the cursor of the last answer).",
+                            {"type": "integer", "minimum": 0, "default": 0},
+                        ),
+                        _query(
+                            "limit",
+                            "At most this many lines.",
+                            {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": RUN_LOG_MAX_LIMIT,
+                                "default": RUN_LOG_DEFAULT_LIMIT,
+                            },
+                        ),
+                    ],
+                    "responses": {
+                        "200": _json("Lines of the run's log.", _ref("RunLog")),
                         **_BAD,
                         **_NOT_FOUND,
                         **_ERRORS,

@@ -4,6 +4,7 @@ file per test)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -163,3 +164,44 @@ def exit_by(ctx: JobContext, how: str) -> None:
 def returns(ctx: JobContext, kind: str) -> object:
     """Returns a value JSON cannot hold, or ``jsonb`` cannot store."""
     return {"nan": float("nan"), "nul": "a\x00b", "set": {1}}[kind]
+
+
+# --- issue 45: a run's own log -------------------------------------------------------------------
+
+_talker = logging.getLogger("tests.talk")
+
+
+@job("tests.talk")
+def talk(
+    ctx: JobContext, count: int, every: float = 0.0, log: str = "", prints: bool = False
+) -> int:
+    """Logs ``count`` lines (``line N at EPOCH``), one per ``every`` seconds (with ``prints``,
+    every even one printed instead); with ``log``, appends ``N EPOCH`` to that file after each,
+    so a test knows how far it got."""
+    for number in range(1, count + 1):
+        if number > 1 and every:
+            time.sleep(every)  # the job's own pace; ctx.stopping is not this test's concern
+        at = time.time()
+        if prints and number % 2 == 0:
+            print(f"line {number} at {at:.6f}")
+        else:
+            _talker.info("line %d at %.6f", number, at)
+        if log:
+            append_line(log, f"{number} {at:.6f}")
+    return count
+
+
+@job("tests.talk_every_way", log_level="DEBUG")
+def talk_every_way(ctx: JobContext, secret_url: str) -> str:
+    """A line at each level, printed lines (one without its line break), a secret, a traceback."""
+    _talker.debug("a debug line")
+    _talker.info("connecting to %s", secret_url)
+    _talker.warning("a warning")
+    print("printed to stdout")
+    print("printed to stderr", file=sys.stderr)
+    try:
+        raise ValueError("caught here")
+    except ValueError:
+        _talker.exception("an exception")
+    sys.stdout.write("no line break at the end")
+    return "talked"

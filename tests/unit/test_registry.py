@@ -61,3 +61,9 @@ def test_a_lock_key_names_arguments_however_they_are_passed() -> None:
     assert spec.derive_lock_key(["eu"], {}) == "eu:Paris"
     assert spec.derive_lock_key([], {"region": "eu", "city": "Oslo"}) == "eu:Oslo"
     assert spec.derive_lock_key(["eu", "Lyon"], {}) == "eu:Lyon"
+
+
+def test_a_jobs_log_level_is_one_of_loggings_names() -> None:
+    with pytest.raises(TypeError, match=r"log_level='LOUD': not a log level: use one of DEBUG"):
+        registry.job("tests.loud", log_level="LOUD")
+    assert not registry.is_registered("tests.loud")

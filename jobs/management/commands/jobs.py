@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -46,6 +47,7 @@ from jobs.models import (
     alert_channel_values,
 )
 from jobs.registry import POLICY_FIELDS
+from jobs.runlog import reading
 from jobs.schedule.kinds import describe
 from jobs.web import serializers
 from jobs.web.serializers import duration_words, schedule_words
@@ -73,13 +75,14 @@ VERBS = (
     "upcoming",
     "blackout",
     "after",
+    "log",
 )
 
 EXIT_STATUS = """\
 exit status:
   0  done
   1  runtime error: no job with that name (show, run, backfill, upcoming, pause, resume,
-     remove, runs JOB)
+     remove, runs JOB), no run with that id (log)
   2  usage or validation error: an unknown, missing or conflicting flag, a bad value, or a job
      the services reject (unknown task, duplicate name, bad cron or time zone, bad arguments)
 Errors are one line on stderr: "jobs VERB: error: FLAG: what is wrong".
@@ -117,6 +120,9 @@ POLICY_ARGUMENTS: dict[str, dict[str, Any]] = {
     "baseline_alerts": {"type": cli.yes_no, "metavar": "yes|no"},
 }
 
+
+# How often `jobs log --follow` asks for new lines (a running run's are written every second).
+LOG_FOLLOW_POLL_SECONDS = 0.25
 
 # How long `jobs run` waits for a live worker's verdict on its run (a claim takes milliseconds).
 RUN_WAIT_SECONDS = 2.0
@@ -311,6 +317,22 @@ class Command(BaseCommand):
         )
         incidents.add_argument("job", metavar="JOB", nargs="?", help="Only this job's.")
         incidents.add_argument("--open", action="store_true", help="Only open incidents.")
+
+        # A run's own log (jobs.runlog).
+        text = (
+            "Print a run's own log: what its code logged (at the job's level) and printed while "
+            "it ran, each line with its time and level; a note says how many lines were cut "
+            "where the run's bounds (JOBS_RUN_LOG_MAX_LINES) cut them. With --follow, print the "
+            "lines of a running run as they come, until it ends."
+        )
+        run_log = verbs.add_parser("log", verb="log", help=text, description=text)
+        run_log.add_argument("run_id", metavar="RUN_ID", type=cli.run_id, help="The run's id.")
+        run_log.add_argument(
+            "--follow", action="store_true", help="Keep printing new lines until the run ends."
+        )
+        run_log.add_argument(
+            "--json", action="store_true", help="Print one JSON object per line (JSON Lines)."
+        )
 
         # Celery's configuration and django-celery-beat entries without a job
         # (jobs.beat.configured, jobs.beat.adoption, jobs.beat.switch_report)
@@ -843,6 +865,26 @@ class Command(BaseCommand):
             before = cli.cell(result.cutoffs[status])
             self.stdout.write(f"{status}: {verb} {count} run(s) with a slot before {before}")
         self.stdout.write(f"{verb} {result.total} run(s) in all")
+
+    def _verb_log(self, options: dict[str, Any]) -> None:
+        cursor = 0
+        try:
+            while True:
+                page = reading.page(options["run_id"], after=cursor)
+                for entry in page.entries:
+                    line = cli.to_json(entry.record(), indent=None) if options["json"] else None
+                    self.stdout.write(line or entry.text())
+                self.stdout.flush()
+                cursor = page.cursor
+                if page.more:
+                    continue
+                if page.finished or not options["follow"]:
+                    break
+                time.sleep(LOG_FOLLOW_POLL_SECONDS)
+        except KeyboardInterrupt:
+            return  # Ctrl-C ends a --follow: what was printed stands
+        if options["follow"]:
+            self.stderr.write(f"run {page.run_id} {page.status}")
 
     # --- output -----------------------------------------------------------------------------
     def _json(self, data: object) -> None:
