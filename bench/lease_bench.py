@@ -345,7 +345,7 @@ class Throughput:
         from django.utils import timezone
 
         from jobs.models import Job, JobRun, Trigger
-        from jobs.names import stored_skeleton
+        from jobs.values.names import stored_skeleton
 
         if not self.jobs:
             self.jobs = Job.objects.bulk_create(

@@ -48,7 +48,7 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import services, text, timestamps
+from jobs import services
 from jobs.audit import JOB_FIELDS, Actor
 from jobs.beat import schedule_errors, slot_fates, switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
@@ -81,7 +81,8 @@ from jobs.models import (
     RunStatus,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.web import serializers, tokens
+from jobs.values import serializers, text, timestamps
+from jobs.web import tokens
 
 for _beat_model in (
     PeriodicTask,

@@ -15,13 +15,14 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from jobs import backfill, jsonvalues, registry, services
+from jobs import backfill, registry, services
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.models import MAX_PAUSE_REASON, Job, JobKind
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import kind
 from jobs.schedule.kinds import Definition, Schedule, Triggered
+from jobs.values import jsonvalues
 
 
 class ScheduleType(models.TextChoices):
@@ -64,7 +65,7 @@ def _schedule_choices(stored: Schedule | None) -> list[tuple[str, str]]:
 
 
 class ArgumentsField(forms.JSONField):
-    """Django's JSON field, reading through ``jobs.jsonvalues``: whatever is typed (a NUL, an
+    """Django's JSON field, reading through ``jobs.values.jsonvalues``: whatever is typed (a NUL, an
     integer of thousands of digits, deep nesting) is a message on the field, never a 500."""
 
     def to_python(self, value: Any) -> Any:
@@ -161,7 +162,7 @@ class JobForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ("name", "task", "enabled", "args", "kwargs", *POLICY_FIELDS)
-        # Every JSON field the page has reads through jobs.jsonvalues (the fuzzer found
+        # Every JSON field the page has reads through jobs.values.jsonvalues (the fuzzer found
         # alert_reasons answering deep nesting with a 500).
         field_classes = {name: ArgumentsField for name in ("args", "kwargs", "alert_reasons")}
         widgets = {

@@ -21,11 +21,12 @@ from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
-from jobs import jsonvalues, text, timestamps
 from jobs.alerts.channels import registered
 from jobs.alerts.channels.base import MAX_NAME_LENGTH
 from jobs.exceptions import NameReadsLikeAnother
-from jobs.names import (
+from jobs.schedule import calendars
+from jobs.values import jsonvalues, text, timestamps
+from jobs.values.names import (
     JOB_NAME_VALIDATORS,
     MAX_JOB_NAME,
     no_control_characters,
@@ -37,7 +38,6 @@ from jobs.names import (
     stored_skeleton,
     visible_name_check,
 )
-from jobs.schedule import calendars
 
 
 class JobKind(models.TextChoices):
@@ -189,8 +189,8 @@ def _skeleton_field() -> models.TextField[str, str]:
 
 class DistinctName:
     """For a model whose ``name`` people read: no other row's name reads like it. Its
-    ``name_skeleton`` is the name's skeleton (``jobs.names.stored_skeleton``), written with the
-    name on every save and unique in the database (the model's ``<kind>_name_reads_alike``
+    ``name_skeleton`` is the name's skeleton (``jobs.values.names.stored_skeleton``), written with
+    the name on every save and unique in the database (the model's ``<kind>_name_reads_alike``
     constraint), so of two look-alikes saved at once the second is refused, naming the first."""
 
     what: ClassVar[str]

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django_celery_beat.models import PeriodicTask
 
-from jobs import audit, backfill, dependencies, jsonvalues, registry, text
+from jobs import audit, backfill, dependencies, registry
 from jobs.audit import Actor
 from jobs.beat import entries, slot_fates
 from jobs.database_clock import database_now
@@ -48,6 +48,7 @@ from jobs.schedule.kinds import (
     validate_timezone,
 )
 from jobs.upkeep import retention
+from jobs.values import jsonvalues, text
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
 
 
 def _unstorable_errors(row: models.Model) -> dict[str, list[str]]:
-    """The text fields holding what PostgreSQL cannot store (``jobs.text``)."""
+    """The text fields holding what PostgreSQL cannot store (``jobs.values.text``)."""
     errors = {}
     for column in row._meta.concrete_fields:
         value = getattr(row, column.attname)

@@ -157,7 +157,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
-# Datetimes on every page with seconds and the zone (project/formats, jobs.timestamps).
+# Datetimes on every page with seconds and the zone (project/formats, jobs.values.timestamps).
 FORMAT_MODULE_PATH = ["project.formats"]
 
 STATIC_URL = "static/"

@@ -44,7 +44,7 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from jobs import registry
 from jobs.audit import Actor, AuditAction
 from jobs.models import BeatHeartbeat, CeleryConfiguration, Configured, Job
-from jobs.names import job_name_for
+from jobs.values.names import job_name_for
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import billiard.common
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import dispatch, jsonvalues, logcontext, messages, observers, registry
+from jobs import dispatch, logcontext, messages, observers, registry
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import (
@@ -38,6 +38,7 @@ from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
 from jobs.models import Job, Overlap, RunStatus
+from jobs.values import jsonvalues
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from django.utils.dateparse import parse_datetime
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs import backfill, jsonvalues, services, text
+from jobs import backfill, services
 from jobs.audit import Actor
 from jobs.beat import slot_fates
 from jobs.database_clock import database_now
@@ -58,7 +58,8 @@ from jobs.models import (
     alert_channel_values,
 )
 from jobs.registry import POLICY_FIELDS
-from jobs.web import serializers, tokens, unavailable
+from jobs.values import jsonvalues, serializers, text
+from jobs.web import tokens, unavailable
 from jobs.web.openapi import IDEMPOTENCY_KEY_MAX, MAX_LIMIT, MAX_OFFSET, job_field_range, schema
 
 View = Callable[..., HttpResponse]

@@ -12,7 +12,6 @@ from typing import Any
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import IntegerField
 
-from jobs import text
 from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
 from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.beat.slot_fates import DEFAULT_COUNT as DEFAULT_UPCOMING
@@ -32,7 +31,8 @@ from jobs.models import (
     Trigger,
     alert_channel_values,
 )
-from jobs.web.serializers import RUN_FIELDS
+from jobs.values import text
+from jobs.values.serializers import RUN_FIELDS
 
 IDEMPOTENCY_KEY_MAX = 200
 MAX_LIMIT = 500

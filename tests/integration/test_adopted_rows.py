@@ -30,7 +30,7 @@ from jobs.beat import adoption, entries, retiring
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import AuditAction, AuditEntry, Job, JobRun, Trigger
 from jobs.upkeep import maintenance
-from jobs.web import serializers
+from jobs.values import serializers
 from project.celery import app
 from tests.support.pauses import paused
 from tests.support.virtual_clock import VirtualClock

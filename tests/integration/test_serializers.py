@@ -1,4 +1,4 @@
-"""How jobs and runs are shown (jobs.web.serializers): the same words and records in the admin,
+"""How jobs and runs are shown (jobs.values.serializers): the same words and records in the admin,
 the dashboard, the CLI and the API, and a broken row shown as broken rather than failing."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every, Triggered
-from jobs.web import serializers
+from jobs.values import serializers
 from tests.support.cached_settings import overriding
 
 pytestmark = pytest.mark.django_db

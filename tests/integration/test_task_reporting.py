@@ -22,7 +22,7 @@ from jobs.exceptions import RunFailed, RunLost
 from jobs.guard import run_records
 from jobs.models import Job, JobKind, JobRun, RunStatus, Trigger
 from jobs.registry import RunTask
-from jobs.web import serializers
+from jobs.values import serializers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

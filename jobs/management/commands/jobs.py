@@ -46,8 +46,8 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import describe
-from jobs.web import serializers
-from jobs.web.serializers import duration_words, schedule_words
+from jobs.values import serializers
+from jobs.values.serializers import duration_words, schedule_words
 
 VERBS = (
     "add",
