@@ -335,7 +335,7 @@ class Throughput:
         return CpuSeconds(cpu_seconds(worker), cpu_seconds(backends))
 
     def _publish_runs(self, queue: str, log: str, producer: Any) -> None:
-        from jobs.messages import publish
+        from jobs.broker.messages import publish
 
         for run in self._scheduled_runs(queue, log):
             publish(run.job, run.pk, run.scheduled_for, producer=producer)

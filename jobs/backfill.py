@@ -20,7 +20,7 @@ from django.db import connection, transaction
 
 from jobs.beat.entries import schedule_of
 from jobs.beat.slot_fates import Fate
-from jobs.dispatch import publish_many
+from jobs.broker.dispatch import publish_many
 from jobs.exceptions import NotTriggerable
 from jobs.guard import after_finish
 from jobs.guard.run_records import Claim, NewRun, calendar_status_pg, skip_reason_pg

@@ -358,7 +358,7 @@ class Job(DistinctName, models.Model):
     )
     # 0-9, 9 first, whichever the broker: the range both honour alike (Celery's Redis transport
     # has 10 priority steps, lowest first; RabbitMQ takes 0-255, highest first, up to a queue's
-    # x-max-priority): jobs.messages.wire_priority maps it for each.
+    # x-max-priority): jobs.broker.messages.wire_priority maps it for each.
     priority = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
@@ -672,7 +672,7 @@ class JobRun(models.Model):
         db_default="",
         help_text="The Idempotency-Key an API trigger carried: the same key never makes two runs.",
     )
-    # What the request with that key asked (jobs.dispatch.request_digest): the same key with
+    # What the request with that key asked (jobs.broker.dispatch.request_digest): the same key with
     # another request is refused rather than answered with this run. "" for every other run, and
     # for API triggers made before it was kept.
     request_digest = models.CharField(

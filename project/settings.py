@@ -207,7 +207,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 # A job's priority, 0-9, 9 the most urgent, on both brokers: RabbitMQ queues are declared with
 # x-max-priority (an existing queue declared without it must be deleted first: RabbitMQ refuses a
-# redeclare with other arguments), and jobs.dispatch turns it around for Redis, where 0 is first.
+# redeclare with other arguments), and jobs.broker.dispatch turns it around for Redis, where 0 is
+# first.
 CELERY_TASK_QUEUE_MAX_PRIORITY = 9
 
 # --- Jobs app ------------------------------------------------------------------------------
@@ -220,7 +221,7 @@ JOBS_MAINTENANCE_INTERVAL = env.float("JOBS_MAINTENANCE_INTERVAL", default=5.0, 
 # A run still `scheduled` this long after its message was sent is published again (seconds).
 JOBS_REPUBLISH_AFTER = env.float("JOBS_REPUBLISH_AFTER", default=30.0, minimum=0.1)
 # A burst of slots is published in bulk: messages built once per job shape, a chunk per round
-# trip (jobs.bulk_publish). 0: one send_task per run.
+# trip (jobs.broker.bulk_publish). 0: one send_task per run.
 JOBS_BULK_PUBLISH = env.bool("JOBS_BULK_PUBLISH", default=True)
 # For tests only: this beat's clock runs this many seconds ahead (negative: behind) of the
 # machine's, to show that node clock skew does not change which slots run.

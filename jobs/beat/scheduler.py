@@ -45,9 +45,9 @@ from jobs.beat.clock import DatabaseClock
 from jobs.beat.graceful_stop import stop_after_tick
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.beat.uncertain_slots import UncertainSlots
+from jobs.broker.dispatch import Publishing, is_burst, publishing
 from jobs.conf import get_conf
 from jobs.database_clock import database_now
-from jobs.dispatch import Publishing, is_burst, publishing
 from jobs.guard import reconnect, run_records
 from jobs.models import Job, RunStatus, job_from_columns
 from jobs.schedule import calendars, catchup, slots

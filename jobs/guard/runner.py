@@ -22,7 +22,8 @@ import billiard.common
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import dispatch, logcontext, messages, observers, registry
+from jobs import logcontext, observers, registry
+from jobs.broker import dispatch, messages
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import (

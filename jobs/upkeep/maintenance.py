@@ -20,8 +20,8 @@ from jobs import backfill
 from jobs.alerts import detect
 from jobs.background import PeriodicThread
 from jobs.beat import changelog, retiring
+from jobs.broker.dispatch import publish_many
 from jobs.database_clock import database_now
-from jobs.dispatch import publish_many
 from jobs.guard import lease, run_records
 from jobs.models import Job
 from jobs.upkeep import queue_depth, sweeps

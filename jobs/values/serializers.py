@@ -10,8 +10,8 @@ from typing import Any
 from jobs.backfill import BackfillResult
 from jobs.beat import entries, schedule_errors
 from jobs.beat.slot_fates import Fate
+from jobs.broker.messages import task_id_for
 from jobs.conf import get_ops_conf
-from jobs.messages import task_id_for
 from jobs.models import AuditEntry, Job, JobKind, JobRun, RunStatus, ScheduleError, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import slots

@@ -149,7 +149,7 @@ PROBLEM_FRESH_SECONDS = 600
 def check_configuration() -> Check:
     """Misconfigurations processes met at run time (``jobs.pooler_hint``: a transaction pooler
     without DATABASE_POOLER=transaction), this process's own included, and live beats and nodes
-    that disagree on the broker (``jobs.broker_identity``). Each one fails the probe: the
+    that disagree on the broker (``jobs.broker.broker_identity``). Each one fails the probe: the
     cluster runs a fraction of its slots, or none."""
     fresh = ConfigurationProblem.objects.annotate(age=age_of("last_seen")).filter(
         age__lt=timedelta(seconds=PROBLEM_FRESH_SECONDS)

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from jobs.audit import Actor, record
 from jobs.backfill import BackfillPlan, BackfillResult
+from jobs.broker.messages import task_id_for
 from jobs.conf import get_ops_conf
-from jobs.messages import task_id_for
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     AuditAction,

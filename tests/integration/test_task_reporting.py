@@ -16,7 +16,7 @@ from django.test import override_settings
 from django.utils import timezone
 from kombu import Connection
 
-from jobs import messages as run_messages
+from jobs.broker import messages as run_messages
 from jobs.conf import get_ops_conf
 from jobs.exceptions import RunFailed, RunLost
 from jobs.guard import run_records
