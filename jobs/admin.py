@@ -52,7 +52,8 @@ from jobs import services
 from jobs.audit import JOB_FIELDS, Actor
 from jobs.beat import schedule_errors, slot_fates, switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
+from jobs.database.large_tables import EstimatedCountPaginator
 from jobs.exceptions import NotTriggerable
 from jobs.forms import (
     FIELDS_BY_SCHEDULE_TYPE,
@@ -62,7 +63,6 @@ from jobs.forms import (
     PauseForm,
     RunWithArgumentsForm,
 )
-from jobs.large_tables import EstimatedCountPaginator
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,

@@ -1306,8 +1306,8 @@ class AlertDelivery(models.Model):
 
 
 class ConfigurationProblem(models.Model):
-    """A misconfiguration a process met at run time (``jobs.pooler_hint``), for ``/healthz``:
-    one row per cause, refreshed while processes keep meeting it."""
+    """A misconfiguration a process met at run time (``jobs.database.pooler_hint``), for
+    ``/healthz``: one row per cause, refreshed while processes keep meeting it."""
 
     cause = models.CharField(max_length=64, unique=True)
     message = models.TextField()

@@ -20,7 +20,7 @@ from jobs import audit, backfill, dependencies, registry
 from jobs.audit import Actor
 from jobs.beat import entries, slot_fates
 from jobs.broker.dispatch import request_digest, trigger_now, trigger_once
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.exceptions import BadLockKey, BlackoutNotFound, JobNotFound
 from jobs.guard import lease, run_records
 from jobs.guard.runner import lock_key_for

@@ -29,13 +29,13 @@ from typing import Any
 import celery
 from celery import signals
 
-from jobs import connection_budget
 from jobs.alerts.detect import ClusterWatch
 from jobs.alerts.sender import AlertSender
 from jobs.broker import broker_restart
 from jobs.conf import get_conf, get_ops_conf
 from jobs.continuous.nodes import NodeHeartbeat, NodeInfo
 from jobs.continuous.supervisor import SHUTDOWN_GRACE, Supervisor
+from jobs.database import connection_budget
 from jobs.guard import hard_limit, revocation, shutdown_notice
 from jobs.guard.runner import refuse_unknown_task
 
@@ -49,9 +49,9 @@ _senders: list[AlertSender] = []
 
 
 def connect_worker_signals() -> None:
-    # A worker keeps a connection per thread: no pool (jobs.connection_budget).
+    # A worker keeps a connection per thread: no pool (jobs.database.connection_budget).
     signals.worker_init.connect(
-        _refuse_pool, weak=False, dispatch_uid="jobs.connection_budget.worker"
+        _refuse_pool, weak=False, dispatch_uid="jobs.database.connection_budget.worker"
     )
     # A Redis broker restart must not stop the worker (jobs.broker.broker_restart).
     signals.worker_init.connect(

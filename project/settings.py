@@ -118,15 +118,15 @@ if _pooler == "transaction":
     # transaction: no server-side prepared statement or cursor may outlive one.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-# The web's connection budget (docs/connections.md). A web process serves each request on a
-# thread of its own (runserver, gunicorn --threads), and each thread would keep a connection of
-# its own: concurrent clients could take every connection PostgreSQL has, the beats' and the
-# workers' included. With DATABASE_POOL_MAX_SIZE set (the launch files set it for the web
-# only), the process's requests share a pool of at most that many connections, and a request
-# that finds them all busy waits up to DATABASE_POOL_TIMEOUT seconds, then is answered 503
-# (jobs.web.unavailable). Beats and workers refuse it (jobs.connection_budget): a pool opened
-# before a fork is shared by the forked pool processes, and their lease renewals must not wait
-# for a pooled connection behind the runs.
+# The web's connection budget (docs/connections.md). A web process serves each request on a thread
+# of its own (runserver, gunicorn --threads), and each thread would keep a connection of its own:
+# concurrent clients could take every connection PostgreSQL has, the beats' and the workers'
+# included. With DATABASE_POOL_MAX_SIZE set (the launch files set it for the web only), the
+# process's requests share a pool of at most that many connections, and a request that finds them
+# all busy waits up to DATABASE_POOL_TIMEOUT seconds, then is answered 503 (jobs.web.unavailable).
+# Beats and workers refuse it (jobs.database.connection_budget): a pool opened before a fork is
+# shared by the forked pool processes, and their lease renewals must not wait for a pooled
+# connection behind the runs.
 _pool_max = env.int("DATABASE_POOL_MAX_SIZE", default=0, minimum=0)
 if _pool_max:
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool keeps them: no persistent ones
@@ -137,8 +137,8 @@ if _pool_max:
         "max_size": _pool_max,
         "timeout": env.float("DATABASE_POOL_TIMEOUT", default=5.0, minimum=0.1),
     }
-# Who holds each connection, in pg_stat_activity: "clusterjobs web" for a pooled (web) process,
-# the beats and workers name theirs when they start (jobs.connection_budget). A name given in
+# Who holds each connection, in pg_stat_activity: "clusterjobs web" for a pooled (web) process, the
+# beats and workers name theirs when they start (jobs.database.connection_budget). A name given in
 # DATABASE_URL (?application_name=...) is kept.
 DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
     "application_name", "clusterjobs web" if _pool_max else "clusterjobs"

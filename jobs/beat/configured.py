@@ -434,7 +434,7 @@ def live_beats_holding(configuration: str, *, excluding: str = "") -> list[str]:
 
 
 def _database_now() -> datetime:
-    from jobs.database_clock import database_now
+    from jobs.database.database_clock import database_now
 
     return database_now()
 

@@ -27,7 +27,8 @@ from typing import Any
 
 from django.db import connection
 
-from jobs import pooler_hint, process_state
+from jobs import process_state
+from jobs.database import pooler_hint
 from jobs.process_state import ProcessState
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from jobs.alerts import detect
 from jobs.background import PeriodicThread
 from jobs.beat import changelog, retiring
 from jobs.broker.dispatch import publish_many
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.guard import lease, run_records
 from jobs.models import Job
 from jobs.upkeep import queue_depth, sweeps

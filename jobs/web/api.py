@@ -38,7 +38,7 @@ from django.views.decorators.csrf import csrf_exempt
 from jobs import backfill, services
 from jobs.audit import Actor
 from jobs.beat import slot_fates
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.exceptions import IdempotencyKeyReused, NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_ALERT_REASONS,

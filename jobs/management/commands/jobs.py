@@ -25,7 +25,7 @@ from jobs import backfill, cli, registry, services
 from jobs.audit import Actor
 from jobs.beat import adoption, configured, slot_fates, switch_report
 from jobs.continuous.nodes import with_liveness
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.exceptions import NotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
