@@ -45,7 +45,7 @@ class JobsConfig(AppConfig):
         connection_created.connect(install, dispatch_uid="jobs.database.pooler_hint")
         _bind_registry_handlers()
         # A worker's node heartbeat and continuous-job supervisor (its main process only).
-        from jobs.worker_signals import connect_worker_signals
+        from jobs.process.worker_signals import connect_worker_signals
 
         connect_worker_signals()
 

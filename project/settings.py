@@ -272,7 +272,7 @@ JOBS_RETENTION_INTERVAL = env.float("JOBS_RETENTION_INTERVAL", default=3600.0, m
 # A pruning pass that deleted runs vacuums the run and lease tables (jobs/upkeep/retention.py).
 JOBS_RETENTION_VACUUM = env.bool("JOBS_RETENTION_VACUUM", default=True)
 # "plain" lines, or "json": one JSON object per line, each line of a run carrying its run id,
-# job, slot, fencing token and node (jobs.logcontext).
+# job, slot, fencing token and node (jobs.process.logcontext).
 JOBS_LOG_FORMAT = env.str("JOBS_LOG_FORMAT", "plain") or "plain"
 if JOBS_LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f"JOBS_LOG_FORMAT={JOBS_LOG_FORMAT!r} must be plain or json.")
@@ -305,9 +305,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "jobs.logcontext.JsonFormatter"},
+        "json": {"()": "jobs.process.logcontext.JsonFormatter"},
     },
-    "filters": {"run_context": {"()": "jobs.logcontext.RunContextFilter"}},
+    "filters": {"run_context": {"()": "jobs.process.logcontext.RunContextFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

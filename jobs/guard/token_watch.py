@@ -27,9 +27,9 @@ from typing import Any
 
 from django.db import connection
 
-from jobs import process_state
 from jobs.database import pooler_hint
-from jobs.process_state import ProcessState
+from jobs.process import process_state
+from jobs.process.process_state import ProcessState
 
 log = logging.getLogger(__name__)
 
