@@ -484,7 +484,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="jobs after it")
     def runs_before(self, job: Job) -> SafeString | str:
-        """Its downstreams (jobs.dependencies), linked."""
+        """Its downstreams (jobs.workflow.dependencies), linked."""
         downstreams = list(job.downstreams.order_by("name"))
         if not downstreams:
             return "none"
@@ -759,7 +759,8 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="chain")
     def chain(self, run: JobRun) -> SafeString | str:
-        """The upstream run that made this one and the runs this one made (jobs.dependencies)."""
+        """The upstream run that made this one and the runs this one made
+        (jobs.workflow.dependencies)."""
 
         def link(other: JobRun) -> SafeString:
             url = reverse("admin:jobs_jobrun_change", args=[other.pk])

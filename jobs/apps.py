@@ -32,8 +32,9 @@ class JobsConfig(AppConfig):
                 ) from exc
         # The system checks, and what follows a run's end (jobs.guard.after_finish), register
         # themselves.
-        from jobs import backfill, checks, dependencies  # noqa: F401
+        from jobs import checks  # noqa: F401
         from jobs.beat.entries import read_time_zones_leniently
+        from jobs.workflow import backfill, dependencies  # noqa: F401
 
         read_time_zones_leniently()
 

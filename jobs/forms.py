@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from jobs import backfill, registry, services
+from jobs import registry, services
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.models import MAX_PAUSE_REASON, Job, JobKind
@@ -23,6 +23,7 @@ from jobs.registry import POLICY_FIELDS
 from jobs.schedule import kind
 from jobs.schedule.kinds import Definition, Schedule, Triggered
 from jobs.values import jsonvalues
+from jobs.workflow import backfill
 
 
 class ScheduleType(models.TextChoices):
@@ -45,7 +46,7 @@ SCHEDULE_FIELDS = (
 
 # The form fields each kind of schedule reads; the page shows only the chosen kind's
 # (jobs/templates/admin/jobs/job/change_form.html). Every kind but continuous may run after
-# other jobs: a continuous one always runs (jobs.dependencies).
+# other jobs: a continuous one always runs (jobs.workflow.dependencies).
 FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
     **{choice: (*k.form_fields, "after") for choice, k in _kinds_by_choice().items()},
     ScheduleType.CONTINUOUS: (),
@@ -175,7 +176,7 @@ class JobForm(forms.ModelForm):
         self.schedule: Definition | None = None
         if self.instance.pk is not None:
             self.initial.setdefault("after", list(self.instance.upstreams.all()))
-            # A job cannot run after itself (jobs.dependencies): not offered.
+            # A job cannot run after itself (jobs.workflow.dependencies): not offered.
             after_field = self.fields["after"]
             assert isinstance(after_field, forms.ModelMultipleChoiceField)
             assert after_field.queryset is not None

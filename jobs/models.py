@@ -114,11 +114,11 @@ class Trigger(models.TextChoices):
     RETRY = "retry"
     # ``.delay()`` / ``.apply_async()`` of a guarded task (jobs.calls), outside the schedule.
     CALL = "call"
-    # A past slot that had no run, made by ``jobs backfill`` (jobs.backfill); one per slot, as
-    # a scheduled run.
+    # A past slot that had no run, made by ``jobs backfill`` (jobs.workflow.backfill); one per slot,
+    # as a scheduled run.
     BACKFILL = "backfill"
-    # The run a job gets when its upstreams succeeded for a slot (jobs.dependencies); one per
-    # job and upstream slot, its scheduled_for that slot.
+    # The run a job gets when its upstreams succeeded for a slot (jobs.workflow.dependencies); one
+    # per job and upstream slot, its scheduled_for that slot.
     UPSTREAM = "upstream"
 
 
@@ -435,7 +435,8 @@ class Job(DistinctName, models.Model):
         blank=True,
         help_text="No notification for incidents opened before then (they still show).",
     )
-    # Dependencies (jobs.dependencies): this job runs once for each slot all of these succeeded.
+    # Dependencies (jobs.workflow.dependencies): this job runs once for each slot all of these
+    # succeeded.
     upstreams = models.ManyToManyField(
         "self",
         symmetrical=False,
@@ -688,7 +689,7 @@ class JobRun(models.Model):
     kwargs = models.JSONField(
         null=True, blank=True, help_text="The keyword arguments of this call (empty: the job's)."
     )
-    # The upstream run whose success made this run (trigger upstream; jobs.dependencies).
+    # The upstream run whose success made this run (trigger upstream; jobs.workflow.dependencies).
     upstream_run = models.ForeignKey(
         "self",
         null=True,
@@ -698,8 +699,9 @@ class JobRun(models.Model):
         related_name="downstream_runs",
         help_text="The upstream run whose success (or failure) made this one.",
     )
-    # A backfill run waits unpublished until its job's previous backfill run ends (jobs.backfill);
-    # its start deadline counts from this release, not from its (past) slot.
+    # A backfill run waits unpublished until its job's previous backfill run ends
+    # (jobs.workflow.backfill); its start deadline counts from this release, not from its (past)
+    # slot.
     released_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -722,7 +724,7 @@ class JobRun(models.Model):
                 name="one_run_per_slot",
             ),
             # One run per job and upstream slot, however many upstream runs, retries and
-            # redeliveries finish for it (jobs.dependencies).
+            # redeliveries finish for it (jobs.workflow.dependencies).
             models.UniqueConstraint(
                 fields=["job", "scheduled_for"],
                 condition=Q(trigger=Trigger.UPSTREAM),
@@ -752,8 +754,8 @@ class JobRun(models.Model):
             # The few runs not yet counted into RunRollup (jobs.upkeep.rollups.fold).
             models.Index(fields=["id"], condition=Q(folded=False), name="jobrun_unfolded"),
             # Backfill runs not yet ended, released ones apart, in slot order: what
-            # jobs.backfill releases next and whether one is in flight. Empty unless a backfill
-            # is under way.
+            # jobs.workflow.backfill releases next and whether one is in flight. Empty unless a
+            # backfill is under way.
             models.Index(
                 fields=["job", "released_at", "scheduled_for"],
                 condition=Q(trigger=Trigger.BACKFILL, status__in=["scheduled", "running"]),

@@ -89,7 +89,7 @@ class JobSpec:
     func: JobFunction
     schedule: Definition | None = None
     continuous: bool = False
-    # The jobs it runs after (jobs.dependencies); without a schedule it is triggered only.
+    # The jobs it runs after (jobs.workflow.dependencies); without a schedule it is triggered only.
     after: tuple[str, ...] = ()
     policies: dict[str, Any] = field(default_factory=dict)
     lock_key: str | Callable[..., str] | None = None

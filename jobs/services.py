@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django_celery_beat.models import PeriodicTask
 
-from jobs import audit, backfill, dependencies, registry
+from jobs import audit, registry
 from jobs.audit import Actor
 from jobs.beat import entries, slot_fates
 from jobs.broker.dispatch import request_digest, trigger_now, trigger_once
@@ -49,6 +49,7 @@ from jobs.schedule.kinds import (
 )
 from jobs.upkeep import retention
 from jobs.values import jsonvalues, text
+from jobs.workflow import backfill, dependencies
 
 
 @dataclass(frozen=True)
@@ -613,8 +614,9 @@ def backfill_job(
     max_runs: int = backfill.DEFAULT_MAX_RUNS,
     dry_run: bool = False,
 ) -> backfill.BackfillResult:
-    """Make the runs of the job's slots in ``[since, until]`` that have none (``jobs.backfill``);
-    with ``dry_run``, only say which. Raises ``ValidationError`` naming the bad field."""
+    """Make the runs of the job's slots in ``[since, until]`` that have none
+    (``jobs.workflow.backfill``); with ``dry_run``, only say which. Raises ``ValidationError``
+    naming the bad field."""
     job = get_job(name)
     planned = backfill.plan(job, since, until, now=database_now(), max_runs=max_runs)
     if dry_run:

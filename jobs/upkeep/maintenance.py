@@ -16,7 +16,6 @@ from typing import Any
 from celery import current_app
 from django.db import DatabaseError
 
-from jobs import backfill
 from jobs.alerts import detect
 from jobs.beat import changelog, retiring
 from jobs.broker.dispatch import publish_many
@@ -27,6 +26,7 @@ from jobs.process.background import PeriodicThread
 from jobs.upkeep import queue_depth, sweeps
 from jobs.upkeep.recovery import recover_lost_runs
 from jobs.upkeep.retention import prune_if_due
+from jobs.workflow import backfill
 
 log = logging.getLogger(__name__)
 

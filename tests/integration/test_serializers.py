@@ -10,7 +10,6 @@ import pytest
 from django.utils import timezone
 
 from jobs.audit import Actor, record
-from jobs.backfill import BackfillPlan, BackfillResult
 from jobs.broker.messages import task_id_for
 from jobs.conf import get_ops_conf
 from jobs.models import (
@@ -25,6 +24,7 @@ from jobs.models import (
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every, Triggered
 from jobs.values import serializers
+from jobs.workflow.backfill import BackfillPlan, BackfillResult
 from tests.support.cached_settings import overriding
 
 pytestmark = pytest.mark.django_db

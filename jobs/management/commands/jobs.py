@@ -21,7 +21,7 @@ from django.core.management.base import (
 from django.db.models import BooleanField, ExpressionWrapper
 from django.utils import timezone
 
-from jobs import backfill, cli, registry, services
+from jobs import cli, registry, services
 from jobs.audit import Actor
 from jobs.beat import adoption, configured, slot_fates, switch_report
 from jobs.continuous.nodes import with_liveness
@@ -48,6 +48,7 @@ from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import describe
 from jobs.values import serializers
 from jobs.values.serializers import duration_words, schedule_words
+from jobs.workflow import backfill
 
 VERBS = (
     "add",
