@@ -126,7 +126,7 @@ def create_jobs(
 
     from jobs.beat.entries import beat_entry_name
     from jobs.models import Job
-    from jobs.names import stored_skeleton
+    from jobs.values.names import stored_skeleton
 
     intervals: dict[int, IntervalSchedule] = {}
     with transaction.atomic():

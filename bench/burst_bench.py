@@ -9,7 +9,7 @@ In one run, on the same jobs (every one due at the same slot, one queue):
 - **per run** (the path before bulk publishing, ``JOBS_BULK_PUBLISH=0``): one beat's tick
   inserts the slots 500 at a time and sends each run with ``send_task``;
 - **bulk** (the default): the same tick, each chunk's messages made from one template per job
-  shape and sent in one pipelined round trip (``jobs.bulk_publish``);
+  shape and sent in one pipelined round trip (``jobs.broker.bulk_publish``);
 - **bulk, quiet**: the same bulk tick without Celery's ``task-sent`` events (the burst path
   before issue 40, and what a project with ``task_send_sent_event`` off gets): what each run's
   event costs;
@@ -24,7 +24,7 @@ In one run, on the same jobs (every one due at the same slot, one queue):
 On RabbitMQ (``CELERY_BROKER_URL=amqp://...``) the floor is the bare send of the same messages'
 frames, encoded before the clock starts, one write per 500 on a channel in confirm mode and
 the confirms awaited once per 500 (a ``basic_publish`` per message, the floor before
-``jobs.amqp_frames``, costs py-amqp's encoding and a write per message on top).
+``jobs.broker.amqp_frames``, costs py-amqp's encoding and a write per message on top).
 
 It works in its own database next to ``DATABASE_URL``'s (created afresh, dropped at the end) and
 on a queue of its own.
@@ -144,12 +144,12 @@ def one_tick(
     count: int, queue: _Queue, bulk: bool, frames: bool = True, sent_events: bool = True
 ) -> float:
     """One in-process beat: its tick at the slot, until every message is in the broker
-    (``frames``: RabbitMQ's chunks framed by jobs.amqp_frames, else kombu's publish;
+    (``frames``: RabbitMQ's chunks framed by jobs.broker.amqp_frames, else kombu's publish;
     ``sent_events``: Celery's ``task-sent`` event per run)."""
     from celery import current_app
     from django.utils import timezone
 
-    from jobs import bulk_publish
+    from jobs.broker import bulk_publish
     from jobs.models import JobRun
 
     current_app.conf.task_send_sent_event = sent_events
@@ -211,7 +211,7 @@ def _frames(channel: Any, messages: list[Any], routing_key: str) -> list[tuple[i
     from amqp import spec
     from amqp.method_framing import frame_writer
 
-    from jobs.amqp_frames import FrameBuffer, publish_arguments
+    from jobs.broker.amqp_frames import FrameBuffer, publish_arguments
 
     arguments = publish_arguments("", routing_key)
     frames = FrameBuffer()
@@ -307,7 +307,7 @@ def in_process(
                         tooled.append(one_tick(count, queue, bulk=True))
                     queue.empty()
                     print(f"  bulk, tools on: {tooled[-1]:.2f} s", flush=True)
-                if not queue.redis:  # the same bulk tick without jobs.amqp_frames
+                if not queue.redis:  # the same bulk tick without jobs.broker.amqp_frames
                     kombu.append(one_tick(count, queue, bulk=True, frames=False))
                     queue.empty()
                     print(f"  bulk, kombu's publish: {kombu[-1]:.2f} s", flush=True)
@@ -321,7 +321,7 @@ def in_process(
         )
     finally:
         _set_bulk(True)
-        from jobs import bulk_publish
+        from jobs.broker import bulk_publish
 
         bulk_publish.AMQP_FRAMES = True
         queue.remove()
@@ -398,7 +398,7 @@ def report(results: dict[str, Any]) -> str:
     if framed:
         lines += [
             "",
-            "| slots due at once | bulk, jobs.amqp_frames | bulk, kombu's publish | gain |",
+            "| slots due at once | bulk, jobs.broker.amqp_frames | bulk, kombu's publish | gain |",
             "| --- | --- | --- | --- |",
         ]
         for row in framed:

@@ -63,7 +63,7 @@ def measure(runs: int, rounds: int) -> dict[str, list[tuple[float, float, float]
     from bench import lease_bench
     from jobs.guard.runner import execute_run
     from jobs.models import Job, JobRun, RunStatus, Trigger
-    from jobs.names import stored_skeleton
+    from jobs.values.names import stored_skeleton
 
     log = str(Path(tempfile.mkdtemp(prefix="guard-cost-")) / "stamps.log")
     jobs = Job.objects.bulk_create(

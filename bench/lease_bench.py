@@ -335,7 +335,7 @@ class Throughput:
         return CpuSeconds(cpu_seconds(worker), cpu_seconds(backends))
 
     def _publish_runs(self, queue: str, log: str, producer: Any) -> None:
-        from jobs.messages import publish
+        from jobs.broker.messages import publish
 
         for run in self._scheduled_runs(queue, log):
             publish(run.job, run.pk, run.scheduled_for, producer=producer)
@@ -345,7 +345,7 @@ class Throughput:
         from django.utils import timezone
 
         from jobs.models import Job, JobRun, Trigger
-        from jobs.names import stored_skeleton
+        from jobs.values.names import stored_skeleton
 
         if not self.jobs:
             self.jobs = Job.objects.bulk_create(

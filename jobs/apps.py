@@ -33,19 +33,21 @@ class JobsConfig(AppConfig):
                 ) from exc
         # The system checks, and what follows a run's end (jobs.guard.after_finish), register
         # themselves.
-        from jobs import backfill, checks, dependencies  # noqa: F401
+        from jobs import checks  # noqa: F401
         from jobs.beat.entries import read_time_zones_leniently
+        from jobs.workflow import backfill, dependencies  # noqa: F401
 
         read_time_zones_leniently()
 
         post_migrate.connect(_sync_after_migrate, sender=self)
-        # A transaction pooler without DATABASE_POOLER=transaction says so (jobs.pooler_hint).
-        from jobs.pooler_hint import install
+        # A transaction pooler without DATABASE_POOLER=transaction says so
+        # (jobs.database.pooler_hint).
+        from jobs.database.pooler_hint import install
 
-        connection_created.connect(install, dispatch_uid="jobs.pooler_hint")
+        connection_created.connect(install, dispatch_uid="jobs.database.pooler_hint")
         _bind_registry_handlers()
         # A worker's node heartbeat and continuous-job supervisor (its main process only).
-        from jobs.worker_signals import connect_worker_signals
+        from jobs.process.worker_signals import connect_worker_signals
 
         connect_worker_signals()
 

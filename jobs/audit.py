@@ -28,7 +28,7 @@ from django.db import transaction
 
 from jobs.models import AuditAction, AuditEntry, AuditSource, Job
 from jobs.registry import POLICY_FIELDS
-from jobs.web.serializers import schedule_words, upstream_names
+from jobs.values.serializers import schedule_words, upstream_names
 
 log = logging.getLogger("jobs.audit")
 

@@ -29,10 +29,12 @@ from django.db import transaction
 from django.db.models import NOT_PROVIDED
 from django.utils import timezone
 
-from jobs import jsonvalues, messages, registry, text
+from jobs import registry
+from jobs.broker import messages
 from jobs.exceptions import BadLockKey, DuplicateCall, NoJobForCall, NotTriggerable
 from jobs.guard.delivery import report
 from jobs.models import LIVE_LEASE, Job, JobKind, JobRun, Lease, RunStatus, Trigger
+from jobs.values import jsonvalues, text
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from typing import Any, NoReturn, TypeVar
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
-from jobs import jsonvalues, text
 from jobs.beat.slot_fates import Fate
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.models import LIVE_LEASE, Incident, Job, JobRun, Lease, Node, RunStatus
@@ -34,7 +33,8 @@ from jobs.schedule.kinds import (
     validate_cron,
     validate_timezone,
 )
-from jobs.web.serializers import job_fields, next_slot, next_slot_words, run_fields
+from jobs.values import jsonvalues, text
+from jobs.values.serializers import job_fields, next_slot, next_slot_words, run_fields
 
 USAGE = 2
 RUNTIME = 1
@@ -127,7 +127,7 @@ class CliParser(CommandParser):
         raise ParseError(self.verb, message.removeprefix("argument "))
 
     def _check_storable(self, args: list[str]) -> None:
-        """Refuse an argument the database cannot store (``jobs.text``) before anything reads
+        """Refuse an argument the database cannot store (``jobs.values.text``) before anything reads
         it, naming its flag (or NAME): a shell passes invalid UTF-8 bytes, which Python holds as
         lone surrogates. A parser of sub-verbs leaves it to theirs, which know the names."""
         if any(isinstance(action, argparse._SubParsersAction) for action in self._actions):

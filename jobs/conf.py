@@ -73,7 +73,7 @@ class JobsConf:
     maintenance_interval: float = 5.0
     republish_after: float = 30.0
     # A burst's messages built once per job shape and sent a chunk per round trip
-    # (jobs.bulk_publish); off: one send_task per run, as before.
+    # (jobs.broker.bulk_publish); off: one send_task per run, as before.
     bulk_publish: bool = True
     # Testing only: shifts the beat's clock, to simulate a skewed node clock.
     beat_test_clock_offset: float = 0.0

@@ -23,7 +23,8 @@ class JobContext:
     lease_key: str
     # Set when the lease is lost, a time limit nears or the node shuts down: return soon.
     stopping: threading.Event = field(default_factory=threading.Event)
-    # A run made by its upstreams' success (jobs.dependencies): the upstream run that made it.
+    # A run made by its upstreams' success (jobs.workflow.dependencies): the upstream run that made
+    # it.
     upstream_run_id: int | None = None
 
     @property

@@ -22,7 +22,7 @@ class RegistryConflict(JobsError):
 
 
 class NameReadsLikeAnother(JobsError, ValidationError):
-    """A name whose confusable skeleton another row of its kind holds (``jobs.names``): the
+    """A name whose confusable skeleton another row of its kind holds (``jobs.values.names``): the
     database's unique constraint refused it, as when two look-alikes are created at once. A
     ``ValidationError`` on ``name`` too, so every edge shows it as it shows a validator's."""
 

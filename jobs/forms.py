@@ -15,13 +15,15 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from jobs import backfill, jsonvalues, registry, services
+from jobs import registry, services
 from jobs.audit import Actor
 from jobs.beat import entries
 from jobs.models import MAX_PAUSE_REASON, Job, JobKind
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import kind
 from jobs.schedule.kinds import Definition, Schedule, Triggered
+from jobs.values import jsonvalues
+from jobs.workflow import backfill
 
 
 class ScheduleType(models.TextChoices):
@@ -44,7 +46,7 @@ SCHEDULE_FIELDS = (
 
 # The form fields each kind of schedule reads; the page shows only the chosen kind's
 # (jobs/templates/admin/jobs/job/change_form.html). Every kind but continuous may run after
-# other jobs: a continuous one always runs (jobs.dependencies).
+# other jobs: a continuous one always runs (jobs.workflow.dependencies).
 FIELDS_BY_SCHEDULE_TYPE: dict[str, tuple[str, ...]] = {
     **{choice: (*k.form_fields, "after") for choice, k in _kinds_by_choice().items()},
     ScheduleType.CONTINUOUS: (),
@@ -64,7 +66,7 @@ def _schedule_choices(stored: Schedule | None) -> list[tuple[str, str]]:
 
 
 class ArgumentsField(forms.JSONField):
-    """Django's JSON field, reading through ``jobs.jsonvalues``: whatever is typed (a NUL, an
+    """Django's JSON field, reading through ``jobs.values.jsonvalues``: whatever is typed (a NUL, an
     integer of thousands of digits, deep nesting) is a message on the field, never a 500."""
 
     def to_python(self, value: Any) -> Any:
@@ -161,7 +163,7 @@ class JobForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ("name", "task", "enabled", "args", "kwargs", *POLICY_FIELDS)
-        # Every JSON field the page has reads through jobs.jsonvalues (the fuzzer found
+        # Every JSON field the page has reads through jobs.values.jsonvalues (the fuzzer found
         # alert_reasons answering deep nesting with a 500).
         field_classes = {name: ArgumentsField for name in ("args", "kwargs", "alert_reasons")}
         widgets = {
@@ -174,7 +176,7 @@ class JobForm(forms.ModelForm):
         self.schedule: Definition | None = None
         if self.instance.pk is not None:
             self.initial.setdefault("after", list(self.instance.upstreams.all()))
-            # A job cannot run after itself (jobs.dependencies): not offered.
+            # A job cannot run after itself (jobs.workflow.dependencies): not offered.
             after_field = self.fields["after"]
             assert isinstance(after_field, forms.ModelMultipleChoiceField)
             assert after_field.queryset is not None

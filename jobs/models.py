@@ -21,11 +21,12 @@ from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
 from django_celery_beat.models import PeriodicTask
 
-from jobs import jsonvalues, text, timestamps
 from jobs.alerts.channels import registered
 from jobs.alerts.channels.base import MAX_NAME_LENGTH
 from jobs.exceptions import NameReadsLikeAnother
-from jobs.names import (
+from jobs.schedule import calendars
+from jobs.values import jsonvalues, text, timestamps
+from jobs.values.names import (
     JOB_NAME_VALIDATORS,
     MAX_JOB_NAME,
     no_control_characters,
@@ -37,7 +38,6 @@ from jobs.names import (
     stored_skeleton,
     visible_name_check,
 )
-from jobs.schedule import calendars
 
 
 class JobKind(models.TextChoices):
@@ -114,11 +114,11 @@ class Trigger(models.TextChoices):
     RETRY = "retry"
     # ``.delay()`` / ``.apply_async()`` of a guarded task (jobs.calls), outside the schedule.
     CALL = "call"
-    # A past slot that had no run, made by ``jobs backfill`` (jobs.backfill); one per slot, as
-    # a scheduled run.
+    # A past slot that had no run, made by ``jobs backfill`` (jobs.workflow.backfill); one per slot,
+    # as a scheduled run.
     BACKFILL = "backfill"
-    # The run a job gets when its upstreams succeeded for a slot (jobs.dependencies); one per
-    # job and upstream slot, its scheduled_for that slot.
+    # The run a job gets when its upstreams succeeded for a slot (jobs.workflow.dependencies); one
+    # per job and upstream slot, its scheduled_for that slot.
     UPSTREAM = "upstream"
 
 
@@ -191,8 +191,8 @@ def _skeleton_field() -> models.TextField[str, str]:
 
 class DistinctName:
     """For a model whose ``name`` people read: no other row's name reads like it. Its
-    ``name_skeleton`` is the name's skeleton (``jobs.names.stored_skeleton``), written with the
-    name on every save and unique in the database (the model's ``<kind>_name_reads_alike``
+    ``name_skeleton`` is the name's skeleton (``jobs.values.names.stored_skeleton``), written with
+    the name on every save and unique in the database (the model's ``<kind>_name_reads_alike``
     constraint), so of two look-alikes saved at once the second is refused, naming the first."""
 
     what: ClassVar[str]
@@ -360,7 +360,7 @@ class Job(DistinctName, models.Model):
     )
     # 0-9, 9 first, whichever the broker: the range both honour alike (Celery's Redis transport
     # has 10 priority steps, lowest first; RabbitMQ takes 0-255, highest first, up to a queue's
-    # x-max-priority): jobs.messages.wire_priority maps it for each.
+    # x-max-priority): jobs.broker.messages.wire_priority maps it for each.
     priority = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
@@ -467,7 +467,8 @@ class Job(DistinctName, models.Model):
         "run factor x its p95, too short under a tenth of its median). Off: only the maximum "
         "and minimum durations and the time limits apply.",
     )
-    # Dependencies (jobs.dependencies): this job runs once for each slot all of these succeeded.
+    # Dependencies (jobs.workflow.dependencies): this job runs once for each slot all of these
+    # succeeded.
     upstreams = models.ManyToManyField(
         "self",
         symmetrical=False,
@@ -719,7 +720,7 @@ class JobRun(models.Model):
         db_default="",
         help_text="The Idempotency-Key an API trigger carried: the same key never makes two runs.",
     )
-    # What the request with that key asked (jobs.dispatch.request_digest): the same key with
+    # What the request with that key asked (jobs.broker.dispatch.request_digest): the same key with
     # another request is refused rather than answered with this run. "" for every other run, and
     # for API triggers made before it was kept.
     request_digest = models.CharField(
@@ -735,7 +736,7 @@ class JobRun(models.Model):
     kwargs = models.JSONField(
         null=True, blank=True, help_text="The keyword arguments of this call (empty: the job's)."
     )
-    # The upstream run whose success made this run (trigger upstream; jobs.dependencies).
+    # The upstream run whose success made this run (trigger upstream; jobs.workflow.dependencies).
     upstream_run = models.ForeignKey(
         "self",
         null=True,
@@ -745,8 +746,9 @@ class JobRun(models.Model):
         related_name="downstream_runs",
         help_text="The upstream run whose success (or failure) made this one.",
     )
-    # A backfill run waits unpublished until its job's previous backfill run ends (jobs.backfill);
-    # its start deadline counts from this release, not from its (past) slot.
+    # A backfill run waits unpublished until its job's previous backfill run ends
+    # (jobs.workflow.backfill); its start deadline counts from this release, not from its (past)
+    # slot.
     released_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -769,7 +771,7 @@ class JobRun(models.Model):
                 name="one_run_per_slot",
             ),
             # One run per job and upstream slot, however many upstream runs, retries and
-            # redeliveries finish for it (jobs.dependencies).
+            # redeliveries finish for it (jobs.workflow.dependencies).
             models.UniqueConstraint(
                 fields=["job", "scheduled_for"],
                 condition=Q(trigger=Trigger.UPSTREAM),
@@ -799,8 +801,8 @@ class JobRun(models.Model):
             # The few runs not yet counted into RunRollup (jobs.upkeep.rollups.fold).
             models.Index(fields=["id"], condition=Q(folded=False), name="jobrun_unfolded"),
             # Backfill runs not yet ended, released ones apart, in slot order: what
-            # jobs.backfill releases next and whether one is in flight. Empty unless a backfill
-            # is under way.
+            # jobs.workflow.backfill releases next and whether one is in flight. Empty unless a
+            # backfill is under way.
             models.Index(
                 fields=["job", "released_at", "scheduled_for"],
                 condition=Q(trigger=Trigger.BACKFILL, status__in=["scheduled", "running"]),
@@ -1394,8 +1396,8 @@ class AlertDelivery(models.Model):
 
 
 class ConfigurationProblem(models.Model):
-    """A misconfiguration a process met at run time (``jobs.pooler_hint``), for ``/healthz``:
-    one row per cause, refreshed while processes keep meeting it."""
+    """A misconfiguration a process met at run time (``jobs.database.pooler_hint``), for
+    ``/healthz``: one row per cause, refreshed while processes keep meeting it."""
 
     cause = models.CharField(max_length=64, unique=True)
     message = models.TextField()

@@ -31,9 +31,14 @@ from celery._state import (  # type: ignore[attr-defined]  # public there, not i
 from celery.app.trace import task_has_custom
 
 from jobs.exceptions import BadLockKey, RegistryConflict, RunFailed, RunLost, UnknownJobFunction
-from jobs.names import has_control_character, invisible_characters, job_name_problems, skeleton
 from jobs.runlog.lines import level_number
 from jobs.schedule.kinds import Cron, Definition, Triggered, parse_duration, parse_interval
+from jobs.values.names import (
+    has_control_character,
+    invisible_characters,
+    job_name_problems,
+    skeleton,
+)
 
 JobFunction = Callable[..., Any]
 F = TypeVar("F", bound=JobFunction)
@@ -90,7 +95,7 @@ class JobSpec:
     func: JobFunction
     schedule: Definition | None = None
     continuous: bool = False
-    # The jobs it runs after (jobs.dependencies); without a schedule it is triggered only.
+    # The jobs it runs after (jobs.workflow.dependencies); without a schedule it is triggered only.
     after: tuple[str, ...] = ()
     policies: dict[str, Any] = field(default_factory=dict)
     lock_key: str | Callable[..., str] | None = None
@@ -122,7 +127,7 @@ class JobSpec:
             raise BadLockKey(
                 f"is {len(key)} characters long with these arguments, at most {LOCK_KEY_MAX_LENGTH}"
             )
-        if has_control_character(key):  # a NUL, a line break: see jobs.names
+        if has_control_character(key):  # a NUL, a line break: see jobs.values.names
             raise BadLockKey(
                 "contains a line break or another control character with these arguments"
             )
@@ -279,7 +284,7 @@ def job(
     problems = job_name_problems(name) if declares_job else []
     if not declares_job and invisible_characters(name):  # a task name is read and chosen too
         problems = ["A job function's name cannot contain an invisible or format character."]
-    if problems:  # the job it declares could not be saved (jobs.names)
+    if problems:  # the job it declares could not be saved (jobs.values.names)
         raise TypeError(f"@job({name!r}): {' '.join(problems)}")
     step_seconds = None if step_every is None else parse_duration(step_every).total_seconds()
     if step_seconds is not None and step_seconds <= 0:

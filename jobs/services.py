@@ -16,11 +16,11 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django_celery_beat.models import PeriodicTask
 
-from jobs import audit, backfill, dependencies, jsonvalues, registry, text
+from jobs import audit, registry
 from jobs.audit import Actor
 from jobs.beat import entries, slot_fates
-from jobs.database_clock import database_now
-from jobs.dispatch import request_digest, trigger_now, trigger_once
+from jobs.broker.dispatch import request_digest, trigger_now, trigger_once
+from jobs.database.database_clock import database_now
 from jobs.exceptions import BadLockKey, BlackoutNotFound, JobNotFound
 from jobs.guard import lease, run_records
 from jobs.guard.runner import lock_key_for
@@ -48,6 +48,8 @@ from jobs.schedule.kinds import (
     validate_timezone,
 )
 from jobs.upkeep import retention
+from jobs.values import jsonvalues, text
+from jobs.workflow import backfill, dependencies
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ def validate_job(job: Job, *, exclude: list[str] | None = None) -> None:
 
 
 def _unstorable_errors(row: models.Model) -> dict[str, list[str]]:
-    """The text fields holding what PostgreSQL cannot store (``jobs.text``)."""
+    """The text fields holding what PostgreSQL cannot store (``jobs.values.text``)."""
     errors = {}
     for column in row._meta.concrete_fields:
         value = getattr(row, column.attname)
@@ -637,8 +639,9 @@ def backfill_job(
     max_runs: int = backfill.DEFAULT_MAX_RUNS,
     dry_run: bool = False,
 ) -> backfill.BackfillResult:
-    """Make the runs of the job's slots in ``[since, until]`` that have none (``jobs.backfill``);
-    with ``dry_run``, only say which. Raises ``ValidationError`` naming the bad field."""
+    """Make the runs of the job's slots in ``[since, until]`` that have none
+    (``jobs.workflow.backfill``); with ``dry_run``, only say which. Raises ``ValidationError``
+    naming the bad field."""
     job = get_job(name)
     planned = backfill.plan(job, since, until, now=database_now(), max_runs=max_runs)
     if dry_run:

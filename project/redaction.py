@@ -20,7 +20,7 @@ import celery.app.utils
 
 # The rules live with the app, which applies them to run logs too; this module installs them
 # into Celery.
-from jobs.redaction import HIDDEN_NAMES, MASK, URL_PASSWORD, redact
+from jobs.values.redaction import HIDDEN_NAMES, MASK, URL_PASSWORD, redact
 
 __all__ = ["HIDDEN_NAMES", "MASK", "URL_PASSWORD", "filter_hidden_settings", "install", "redact"]
 

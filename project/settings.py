@@ -118,15 +118,15 @@ if _pooler == "transaction":
     # transaction: no server-side prepared statement or cursor may outlive one.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-# The web's connection budget (docs/connections.md). A web process serves each request on a
-# thread of its own (runserver, gunicorn --threads), and each thread would keep a connection of
-# its own: concurrent clients could take every connection PostgreSQL has, the beats' and the
-# workers' included. With DATABASE_POOL_MAX_SIZE set (the launch files set it for the web
-# only), the process's requests share a pool of at most that many connections, and a request
-# that finds them all busy waits up to DATABASE_POOL_TIMEOUT seconds, then is answered 503
-# (jobs.web.unavailable). Beats and workers refuse it (jobs.connection_budget): a pool opened
-# before a fork is shared by the forked pool processes, and their lease renewals must not wait
-# for a pooled connection behind the runs.
+# The web's connection budget (docs/connections.md). A web process serves each request on a thread
+# of its own (runserver, gunicorn --threads), and each thread would keep a connection of its own:
+# concurrent clients could take every connection PostgreSQL has, the beats' and the workers'
+# included. With DATABASE_POOL_MAX_SIZE set (the launch files set it for the web only), the
+# process's requests share a pool of at most that many connections, and a request that finds them
+# all busy waits up to DATABASE_POOL_TIMEOUT seconds, then is answered 503 (jobs.web.unavailable).
+# Beats and workers refuse it (jobs.database.connection_budget): a pool opened before a fork is
+# shared by the forked pool processes, and their lease renewals must not wait for a pooled
+# connection behind the runs.
 _pool_max = env.int("DATABASE_POOL_MAX_SIZE", default=0, minimum=0)
 if _pool_max:
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool keeps them: no persistent ones
@@ -137,8 +137,8 @@ if _pool_max:
         "max_size": _pool_max,
         "timeout": env.float("DATABASE_POOL_TIMEOUT", default=5.0, minimum=0.1),
     }
-# Who holds each connection, in pg_stat_activity: "clusterjobs web" for a pooled (web) process,
-# the beats and workers name theirs when they start (jobs.connection_budget). A name given in
+# Who holds each connection, in pg_stat_activity: "clusterjobs web" for a pooled (web) process, the
+# beats and workers name theirs when they start (jobs.database.connection_budget). A name given in
 # DATABASE_URL (?application_name=...) is kept.
 DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
     "application_name", "clusterjobs web" if _pool_max else "clusterjobs"
@@ -157,7 +157,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
-# Datetimes on every page with seconds and the zone (project/formats, jobs.timestamps).
+# Datetimes on every page with seconds and the zone (project/formats, jobs.values.timestamps).
 FORMAT_MODULE_PATH = ["project.formats"]
 
 STATIC_URL = "static/"
@@ -207,7 +207,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 # A job's priority, 0-9, 9 the most urgent, on both brokers: RabbitMQ queues are declared with
 # x-max-priority (an existing queue declared without it must be deleted first: RabbitMQ refuses a
-# redeclare with other arguments), and jobs.dispatch turns it around for Redis, where 0 is first.
+# redeclare with other arguments), and jobs.broker.dispatch turns it around for Redis, where 0 is
+# first.
 CELERY_TASK_QUEUE_MAX_PRIORITY = 9
 
 # --- Jobs app ------------------------------------------------------------------------------
@@ -220,7 +221,7 @@ JOBS_MAINTENANCE_INTERVAL = env.float("JOBS_MAINTENANCE_INTERVAL", default=5.0, 
 # A run still `scheduled` this long after its message was sent is published again (seconds).
 JOBS_REPUBLISH_AFTER = env.float("JOBS_REPUBLISH_AFTER", default=30.0, minimum=0.1)
 # A burst of slots is published in bulk: messages built once per job shape, a chunk per round
-# trip (jobs.bulk_publish). 0: one send_task per run.
+# trip (jobs.broker.bulk_publish). 0: one send_task per run.
 JOBS_BULK_PUBLISH = env.bool("JOBS_BULK_PUBLISH", default=True)
 # For tests only: this beat's clock runs this many seconds ahead (negative: behind) of the
 # machine's, to show that node clock skew does not change which slots run.
@@ -280,7 +281,7 @@ JOBS_RUN_LOG_MAX_LINES = env.int("JOBS_RUN_LOG_MAX_LINES", default=2000, minimum
 JOBS_RUN_LOG_MAX_LINE_CHARS = env.int("JOBS_RUN_LOG_MAX_LINE_CHARS", default=4000, minimum=80)
 JOBS_RUN_LOG_FLUSH_SECONDS = env.float("JOBS_RUN_LOG_FLUSH_SECONDS", default=1.0, minimum=0.05)
 # "plain" lines, or "json": one JSON object per line, each line of a run carrying its run id,
-# job, slot, fencing token and node (jobs.logcontext).
+# job, slot, fencing token and node (jobs.process.logcontext).
 JOBS_LOG_FORMAT = env.str("JOBS_LOG_FORMAT", "plain") or "plain"
 if JOBS_LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f"JOBS_LOG_FORMAT={JOBS_LOG_FORMAT!r} must be plain or json.")
@@ -313,9 +314,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "jobs.logcontext.JsonFormatter"},
+        "json": {"()": "jobs.process.logcontext.JsonFormatter"},
     },
-    "filters": {"run_context": {"()": "jobs.logcontext.RunContextFilter"}},
+    "filters": {"run_context": {"()": "jobs.process.logcontext.RunContextFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",

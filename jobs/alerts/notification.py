@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from jobs.conf import get_alerts_conf
 from jobs.models import AlertEvent, Incident, IncidentKind, JobRun
-from jobs.web.serializers import flower_task_url
+from jobs.values.serializers import flower_task_url
 
 _WHAT = {
     IncidentKind.FAILING: "is failing",

@@ -18,10 +18,10 @@ from typing import Any
 from jobs.alerts import outbox
 from jobs.alerts.channels import DELIVERY_TIMEOUT, DeliveryFailed
 from jobs.alerts.notification import Notification, build
-from jobs.background import PeriodicThread
 from jobs.conf import get_alerts_conf
 from jobs.guard import lease
 from jobs.models import Incident, JobRun
+from jobs.process.background import PeriodicThread
 
 log = logging.getLogger(__name__)
 

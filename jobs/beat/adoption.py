@@ -21,7 +21,7 @@ from jobs import registry
 from jobs.audit import Actor
 from jobs.beat import entries, schedule_errors
 from jobs.models import Job, JobKind, validate_headers
-from jobs.names import job_name_for
+from jobs.values.names import job_name_for
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from jobs.database_clock import database_instant
+from jobs.database.database_clock import database_instant
 
 log = logging.getLogger(__name__)
 

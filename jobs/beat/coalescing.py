@@ -18,7 +18,7 @@ UPDATE jobs_jobrun AS n
           FROM jobs_jobrun AS o
          WHERE o.job_id = ANY(%(jobs)s) AND o.status = 'scheduled'
            AND o.scheduled_for <= now() AND NOT o.id = ANY(%(new)s)
-           -- a backfill run waiting for its release (jobs.backfill) is in no queue yet
+           -- a backfill run waiting for its release (jobs.workflow.backfill) is in no queue yet
            AND (o.trigger <> 'backfill' OR o.released_at IS NOT NULL)
          ORDER BY o.job_id, o.id) AS q
  WHERE n.id = ANY(%(new)s) AND n.job_id = q.job_id AND n.status IS NOT DISTINCT FROM 'scheduled'

@@ -44,7 +44,7 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from jobs import registry
 from jobs.audit import Actor, AuditAction
 from jobs.models import BeatHeartbeat, CeleryConfiguration, Configured, Job
-from jobs.names import job_name_for
+from jobs.values.names import job_name_for
 
 log = logging.getLogger(__name__)
 
@@ -434,7 +434,7 @@ def live_beats_holding(configuration: str, *, excluding: str = "") -> list[str]:
 
 
 def _database_now() -> datetime:
-    from jobs.database_clock import database_now
+    from jobs.database.database_clock import database_now
 
     return database_now()
 

@@ -20,7 +20,7 @@ from jobs import registry
 from jobs.audit import Actor
 from jobs.models import ConfigurationProblem, Job
 from jobs.services import JobDefinition, create_job, definition_of, save_job
-from jobs.web.serializers import upstream_names
+from jobs.values.serializers import upstream_names
 
 log = logging.getLogger(__name__)
 

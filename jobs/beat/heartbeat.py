@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from jobs import broker_identity
+from jobs.broker import broker_identity
 from jobs.conf import get_ops_conf
 
 log = logging.getLogger(__name__)

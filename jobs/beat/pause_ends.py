@@ -15,9 +15,9 @@ from datetime import datetime
 
 from django.db import DatabaseError, transaction
 
-from jobs import timestamps
 from jobs.audit import Actor
 from jobs.models import JOB_DISPLAY_RELATED, Job
+from jobs.values import timestamps
 
 log = logging.getLogger(__name__)
 

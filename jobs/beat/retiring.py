@@ -12,11 +12,11 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models.functions import Now
 
-from jobs import timestamps
 from jobs.audit import Actor
 from jobs.beat import slot_records
 from jobs.guard import run_records
 from jobs.models import JOB_DISPLAY_RELATED, Job
+from jobs.values import timestamps
 
 log = logging.getLogger(__name__)
 

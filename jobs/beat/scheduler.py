@@ -28,7 +28,6 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import connection_budget
 from jobs.alerts.sender import AlertSender
 from jobs.beat import (
     adoption,
@@ -45,9 +44,10 @@ from jobs.beat.clock import DatabaseClock
 from jobs.beat.graceful_stop import stop_after_tick
 from jobs.beat.heartbeat import beat_recorder, timed_beat_tick
 from jobs.beat.uncertain_slots import UncertainSlots
+from jobs.broker.dispatch import Publishing, is_burst, publishing
 from jobs.conf import get_conf
-from jobs.database_clock import database_now
-from jobs.dispatch import Publishing, is_burst, publishing
+from jobs.database import connection_budget
+from jobs.database.database_clock import database_now
 from jobs.guard import reconnect, run_records
 from jobs.models import Job, RunStatus, job_from_columns
 from jobs.schedule import calendars, catchup, slots

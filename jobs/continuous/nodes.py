@@ -24,7 +24,7 @@ from django.db import DatabaseError, connection, models
 from django.db.models import Case, ExpressionWrapper, F, Func, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
-from jobs import broker_identity
+from jobs.broker import broker_identity
 from jobs.models import Node, NodeState
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import messages, registry
+from jobs import registry
+from jobs.broker import messages
 from jobs.django_tasks.framework import AVAILABLE, BaseTaskBackend, normalize_json, tasks
 from jobs.exceptions import NoJobForCall
 
@@ -37,7 +38,7 @@ class ClusterTaskBackend(BaseTaskBackend):
     supports_async_task = True
     # From any process: the result is the run's record.
     supports_get_result = True
-    # On the message, mapped onto the broker's ten levels (jobs.messages.wire_priority).
+    # On the message, mapped onto the broker's ten levels (jobs.broker.messages.wire_priority).
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:

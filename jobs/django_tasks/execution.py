@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from jobs import jsonvalues, registry
+from jobs import registry
 from jobs.context import JobContext
 from jobs.django_tasks import results
 from jobs.django_tasks.framework import normalize_json, tasks
 from jobs.guard import after_finish
 from jobs.guard.run_records import Claim
+from jobs.values import jsonvalues
 
 log = logging.getLogger(__name__)
 

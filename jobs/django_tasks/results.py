@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs import messages, registry
+from jobs import registry
+from jobs.broker import messages
 from jobs.django_tasks.framework import tasks
 from jobs.exceptions import RunFailed, RunLost, UnknownJobFunction
 from jobs.models import JobRun, RunStatus

@@ -1,7 +1,7 @@
-"""What a run's end sets going beyond its own record. The features that follow an end register
-here (jobs.dependencies: the runs it made for the jobs after it; jobs.backfill: the job's next
-backfill run), so the runner calls them without knowing them. Each is a head start on what
-maintenance would do anyway: one that fails is logged, and maintenance does it later."""
+"""What a run's end sets going beyond its own record. The features that follow an end register here
+(jobs.workflow.dependencies: the runs it made for the jobs after it; jobs.workflow.backfill: the
+job's next backfill run), so the runner calls them without knowing them. Each is a head start on
+what maintenance would do anyway: one that fails is logged, and maintenance does it later."""
 
 from __future__ import annotations
 

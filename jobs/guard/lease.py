@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
-from jobs import pooler_hint
+from jobs.database import pooler_hint
 from jobs.exceptions import LeaseLost
 
 

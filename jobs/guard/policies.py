@@ -11,7 +11,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from jobs import messages
+from jobs.broker import messages
 from jobs.guard import lease, reconnect, run_records, shutdown_notice
 from jobs.guard.lease import HeldLease, LeaseHolder
 from jobs.models import Job, Overlap

@@ -2,7 +2,7 @@
 (``jobs.services.cancel_run``, audited), never re-published, and holds no lease.
 
 Celery keeps revoked task ids in each worker's memory only, and a run's task id is its own
-(``jobs.messages.task_id_for``), so without a record in the database maintenance would
+(``jobs.broker.messages.task_id_for``), so without a record in the database maintenance would
 re-publish a revoked run that was still queued until its deadline, and a terminated run would
 keep its lease until maintenance found it ``lost``. Both ends are the worker's main process:
 
@@ -28,8 +28,8 @@ from typing import Any
 from celery.utils.functional import maybe_list
 from django.db import DatabaseError, connection
 
-from jobs import messages
 from jobs.audit import Actor
+from jobs.broker import messages
 
 log = logging.getLogger(__name__)
 

@@ -98,9 +98,9 @@ class LostRun:
 
 
 def deadline_from_pg(run: str) -> str:
-    """SQL: the instant the start deadline of the run aliased ``run`` counts from: its slot; for
-    a backfill run (a past slot) its release (jobs.backfill), NULL, so never late, until then;
-    for an upstream's (its upstream's slot) its creation. The claim function
+    """SQL: the instant the start deadline of the run aliased ``run`` counts from: its slot; for a
+    backfill run (a past slot) its release (jobs.workflow.backfill), NULL, so never late, until
+    then; for an upstream's (its upstream's slot) its creation. The claim function
     (jobs/sql/claim_run.sql) repeats it."""
     return (
         f"CASE WHEN {run}.trigger = 'backfill' THEN {run}.released_at"

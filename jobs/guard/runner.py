@@ -22,7 +22,8 @@ import billiard.common
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import dispatch, jsonvalues, logcontext, messages, observers, registry
+from jobs import observers, registry
+from jobs.broker import dispatch, messages
 from jobs.context import JobContext
 from jobs.exceptions import BadLockKey, UnknownJobFunction
 from jobs.guard import (
@@ -38,7 +39,9 @@ from jobs.guard.delivery import Delivery
 from jobs.guard.lease import HeldLease
 from jobs.guard.lease_keeper import LeaseKeeper
 from jobs.models import Job, Overlap, RunStatus
+from jobs.process import logcontext
 from jobs.runlog import capture
+from jobs.values import jsonvalues
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ from typing import Any
 
 from django.db import connection
 
-from jobs import pooler_hint, process_state
-from jobs.process_state import ProcessState
+from jobs.database import pooler_hint
+from jobs.process import process_state
+from jobs.process.process_state import ProcessState
 
 log = logging.getLogger(__name__)
 

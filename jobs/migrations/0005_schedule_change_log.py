@@ -3,7 +3,7 @@
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 # Writers of the log take one transaction-scoped advisory lock before they append, so entries
 # are committed in id order: a beat that has read entry N will never see an entry below N

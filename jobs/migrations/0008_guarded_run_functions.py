@@ -14,7 +14,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 DROP = """
 DROP FUNCTION IF EXISTS jobs_claim_run(bigint, text, integer, text, text, text[]);

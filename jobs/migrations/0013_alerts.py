@@ -21,7 +21,7 @@ import django.db.models.functions.datetime
 import jobs.models
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 DROP = """
 DROP TRIGGER IF EXISTS jobs_run_recorded_alerts ON jobs_jobrun;

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 # The change log's trigger function (0005) learns two things: a new beat entry (INSERT) is
 # logged too, and an entry that no job owns is logged by its own id, so beats adopt a

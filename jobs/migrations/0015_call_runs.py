@@ -6,7 +6,7 @@
 
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 
 class Migration(migrations.Migration):

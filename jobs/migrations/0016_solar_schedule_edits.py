@@ -4,7 +4,7 @@
 
 from django.db import migrations
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 CREATE = """
 CREATE TRIGGER jobs_solar_edited AFTER UPDATE ON django_celery_beat_solarschedule

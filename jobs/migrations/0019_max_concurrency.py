@@ -8,7 +8,7 @@
 import django.core.validators
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 DROP_CLAIM = "DROP FUNCTION IF EXISTS jobs_claim_run(bigint, text, integer, text, text, text[]);\n"
 

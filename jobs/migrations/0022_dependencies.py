@@ -11,7 +11,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 RUN_SLOT = """
 CREATE OR REPLACE FUNCTION jobs_run_slot(p_run_id bigint) RETURNS timestamptz

@@ -10,7 +10,7 @@
 
 from django.db import migrations
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 CREATE = """
 CREATE TABLE jobs_cluster_version (

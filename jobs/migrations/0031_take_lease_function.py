@@ -7,7 +7,7 @@
 
 from django.db import migrations
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 # The reverse drops it and puts back the claim of 0025, which does not call it.
 DROP_TAKE_LEASE = "DROP FUNCTION IF EXISTS jobs_take_lease(text, text, integer);\n"

@@ -9,7 +9,7 @@
 
 from django.db import migrations
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 
 class Migration(migrations.Migration):

@@ -19,7 +19,7 @@ import django.core.validators
 from django.db import migrations, models
 from django.utils import timezone
 
-from jobs.names import stored_skeleton as skeleton
+from jobs.values.names import stored_skeleton as skeleton
 
 _INVISIBLE = re.compile(
     "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f-\u1160"

@@ -8,7 +8,7 @@ import django.core.validators
 import jobs.models
 from django.db import migrations, models
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 
 def _renamed(old, new):

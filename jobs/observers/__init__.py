@@ -3,7 +3,7 @@ beat: Sentry (errors, Crons check-ins, traces) and OpenTelemetry (a publish span
 per run, in a trace of its own). One module per tool; each is imported, and costs anything, only
 once the project itself imported that tool (``sys.modules``), so without it nothing here does.
 
-The burst path (``jobs.bulk_publish``) copies one message per job shape: the trace context in
+The burst path (``jobs.broker.bulk_publish``) copies one message per job shape: the trace context in
 it (``TRACE_HEADERS``) is made again per message here, as the task id is. docs/works-with.md
 tells what each tool sees.
 """

@@ -6,8 +6,9 @@ job's level (``@job(log_level=...)``, else ``JOBS_RUN_LOG_LEVEL``), and ``sys.st
 ``sys.stderr`` are wrapped so each printed line is taken too, then passed on to what they were.
 When Celery redirects the streams into its ``celery.redirected`` logger
 (``worker_redirect_stdouts``, its default) a printed line reaches the handler a second time as
-that logger's record, which is left out. Records of another run (bound by ``jobs.logcontext``,
-e.g. a threads pool's other task) and of the writer thread itself are left out too.
+that logger's record, which is left out. Records of another run (bound by
+``jobs.process.logcontext``, e.g. a threads pool's other task) and of the writer thread itself
+are left out too.
 
 A level below the root logger's lowers it for the run, setting the root's other handlers to the
 level they had in effect, so the process's own output is the same as without the run log.
@@ -24,8 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from jobs import logcontext
 from jobs.conf import RunLogConf, get_run_log_conf
+from jobs.process import logcontext
 from jobs.runlog.lines import Lines
 from jobs.runlog.writer import WRITER, Writer
 

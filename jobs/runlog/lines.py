@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from jobs.redaction import redact_text
+from jobs.values.redaction import redact_text
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # A pending count that asks the writer to write now rather than at its next period.

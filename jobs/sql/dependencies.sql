@@ -1,4 +1,4 @@
--- Dependencies (jobs.dependencies): when a run of a job with downstreams ends, in the
+-- Dependencies (jobs.workflow.dependencies): when a run of a job with downstreams ends, in the
 -- transaction that ended it, each downstream gets its run for that slot (every upstream
 -- succeeded) or the skipped record that says which upstream run did not.
 

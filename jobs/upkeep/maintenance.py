@@ -16,17 +16,17 @@ from typing import Any
 from celery import current_app
 from django.db import DatabaseError
 
-from jobs import backfill
 from jobs.alerts import detect
-from jobs.background import PeriodicThread
 from jobs.beat import changelog, retiring
-from jobs.database_clock import database_now
-from jobs.dispatch import publish_many
+from jobs.broker.dispatch import publish_many
+from jobs.database.database_clock import database_now
 from jobs.guard import lease, run_records
 from jobs.models import Job
+from jobs.process.background import PeriodicThread
 from jobs.upkeep import queue_depth, sweeps
 from jobs.upkeep.recovery import recover_lost_runs
 from jobs.upkeep.retention import prune_if_due
+from jobs.workflow import backfill
 
 log = logging.getLogger(__name__)
 

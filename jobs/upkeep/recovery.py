@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from jobs.dispatch import publish_retry
+from jobs.broker.dispatch import publish_retry
 from jobs.guard import run_records
 from jobs.models import Job
 from jobs.upkeep.task_events import announce_lost

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 from celery import current_app
 
+from jobs.broker.messages import task_id_for
 from jobs.exceptions import RunLost
 from jobs.guard.run_records import LostRun
-from jobs.messages import task_id_for
 
 log = logging.getLogger(__name__)
 

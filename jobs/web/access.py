@@ -16,9 +16,9 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.http import HttpRequest
 
-from jobs import text
 from jobs.conf import get_ops_conf
 from jobs.exceptions import TokenRefused
+from jobs.values import text
 from jobs.web import tokens
 
 VIEW_PERMISSION = "jobs.view_job"

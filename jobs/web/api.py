@@ -35,10 +35,10 @@ from django.utils.dateparse import parse_datetime
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs import backfill, jsonvalues, services, text
+from jobs import services
 from jobs.audit import Actor
 from jobs.beat import slot_fates
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.exceptions import IdempotencyKeyReused, NotFound, NotTriggerable, TokenRefused
 from jobs.models import (
     JOB_ALERT_REASONS,
@@ -59,7 +59,8 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.runlog import reading
-from jobs.web import serializers, tokens, unavailable
+from jobs.values import jsonvalues, serializers, text
+from jobs.web import tokens, unavailable
 from jobs.web.openapi import (
     IDEMPOTENCY_KEY_MAX,
     MAX_LIMIT,
@@ -68,6 +69,7 @@ from jobs.web.openapi import (
     job_number_range,
     schema,
 )
+from jobs.workflow import backfill
 
 View = Callable[..., HttpResponse]
 MAX_BIGINT = 2**63 - 1
@@ -789,7 +791,8 @@ def job_upcoming(request: HttpRequest, name: str) -> HttpResponse:
 
 @endpoint({"POST": "jobs.change_job"})
 def job_backfill(request: HttpRequest, name: str) -> HttpResponse:
-    """Make the runs of the job's past slots in a range that have none (``jobs.backfill``)."""
+    """Make the runs of the job's past slots in a range that have none
+    (``jobs.workflow.backfill``)."""
     body = _json_object(request)
     errors = _body_errors(body, BACKFILL_FIELDS, instants=("since", "until"))
     max_runs = body.get("max_runs", backfill.DEFAULT_MAX_RUNS)

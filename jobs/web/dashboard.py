@@ -28,7 +28,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import with_liveness
-from jobs.database_clock import age_of
+from jobs.database.database_clock import age_of
 from jobs.models import (
     LIVE_LEASE,
     BeatHeartbeat,

@@ -27,11 +27,11 @@ from celery import current_app
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 
-from jobs import pooler_hint
 from jobs.beat import switch_report
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.database_clock import age_of
+from jobs.database import pooler_hint
+from jobs.database.database_clock import age_of
 from jobs.models import BeatHeartbeat, ConfigurationProblem, Node, ScheduleError
 from jobs.web import access
 
@@ -147,10 +147,10 @@ PROBLEM_FRESH_SECONDS = 600
 
 
 def check_configuration() -> Check:
-    """Misconfigurations processes met at run time (``jobs.pooler_hint``: a transaction pooler
-    without DATABASE_POOLER=transaction), this process's own included, and live beats and nodes
-    that disagree on the broker (``jobs.broker_identity``). Each one fails the probe: the
-    cluster runs a fraction of its slots, or none."""
+    """Misconfigurations processes met at run time (``jobs.database.pooler_hint``: a transaction
+    pooler without DATABASE_POOLER=transaction), this process's own included, and live beats and
+    nodes that disagree on the broker (``jobs.broker.broker_identity``). Each one fails the probe:
+    the cluster runs a fraction of its slots, or none."""
     fresh = ConfigurationProblem.objects.annotate(age=age_of("last_seen")).filter(
         age__lt=timedelta(seconds=PROBLEM_FRESH_SECONDS)
     )

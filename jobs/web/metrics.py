@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from jobs.alerts.channels import registered
 from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
-from jobs.database_clock import age_of
+from jobs.database.database_clock import age_of
 from jobs.models import (
     LIVE_LEASE,
     TERMINAL_STATUSES,

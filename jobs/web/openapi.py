@@ -12,9 +12,6 @@ from typing import Any
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import FloatField, IntegerField
 
-from jobs import text
-from jobs.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
-from jobs.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 from jobs.beat.slot_fates import DEFAULT_COUNT as DEFAULT_UPCOMING
 from jobs.beat.slot_fates import MAX_COUNT as MAX_UPCOMING
 from jobs.beat.slot_fates import Outcome
@@ -34,7 +31,10 @@ from jobs.models import (
 )
 from jobs.runlog.reading import DEFAULT_LIMIT as RUN_LOG_DEFAULT_LIMIT
 from jobs.runlog.reading import MAX_LIMIT as RUN_LOG_MAX_LIMIT
-from jobs.web.serializers import RUN_FIELDS
+from jobs.values import text
+from jobs.values.serializers import RUN_FIELDS
+from jobs.workflow.backfill import DEFAULT_MAX_RUNS as DEFAULT_BACKFILL_RUNS
+from jobs.workflow.backfill import MAX_RUNS_LIMIT as MAX_BACKFILL_RUNS
 
 IDEMPOTENCY_KEY_MAX = 200
 MAX_LIMIT = 500

@@ -16,10 +16,11 @@ from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
 
-from jobs import audit, text
+from jobs import audit
 from jobs.audit import Actor
 from jobs.exceptions import TokenRefused
 from jobs.models import ApiToken, AuditAction
+from jobs.values import text
 
 # Every token starts with this, so a leaked one is easy to recognise (and to grep for).
 TOKEN_PREFIX = "cj_"

@@ -268,8 +268,8 @@ class Broker:
 
     @contextlib.contextmanager
     def producer(self) -> Iterator[Any]:
-        """A producer on this broker, for ``jobs.messages.publish`` from the test process (whose
-        Celery app is configured with the suite's broker)."""
+        """A producer on this broker, for ``jobs.broker.messages.publish`` from the test process
+        (whose Celery app is configured with the suite's broker)."""
         with current_app.connection_for_write(self.url) as conn:
             yield conn.Producer()
 

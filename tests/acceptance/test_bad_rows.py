@@ -17,8 +17,8 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from jobs import messages
 from jobs.audit import Actor
+from jobs.broker import messages
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
 from jobs.web import tokens
 from tests.acceptance.conftest import Cluster, wait_for

@@ -25,7 +25,7 @@ from django.utils import timezone
 from devtools.pgbouncer import Pooler
 from devtools.services import free_port, start_redis
 from jobs.beat import slot_records
-from jobs.messages import publish
+from jobs.broker.messages import publish
 from jobs.models import Job, JobRun, RunStatus
 from tests.acceptance.conftest import Broker, Cluster, wait_for
 from tests.support.private_postgres import PrivatePostgres

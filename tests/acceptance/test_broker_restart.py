@@ -1,10 +1,10 @@
 """A Redis restart while a worker holds unacknowledged messages: the worker stays up.
 
-With kombu 5.7 / Celery 5.7 a worker that lost its Redis while executing runs (``acks_late``:
-their messages unacknowledged) with prefetch credit left (so a ``BRPOP`` in flight) died of
-``Unrecoverable error: AttributeError("'NoneType' object has no attribute 'hostname'")`` when it
-saw the loss first on another of its connections: every worker of a fleet at the same moment
-(found by the nemesis, ``docs/nemesis.md``; the cause and the defence: ``jobs.broker_restart``).
+With kombu 5.7 / Celery 5.7 a worker that lost its Redis while executing runs (``acks_late``: their
+messages unacknowledged) with prefetch credit left (so a ``BRPOP`` in flight) died of
+``Unrecoverable error: AttributeError("'NoneType' object has no attribute 'hostname'")`` when it saw
+the loss first on another of its connections: every worker of a fleet at the same moment (found by
+the nemesis, ``docs/nemesis.md``; the cause and the defence: ``jobs.broker.broker_restart``).
 
 A real worker against a Redis of the test's own, killed (SIGKILL: it keeps nothing on disk, so
 it comes back empty) and started again on the same port while the worker executes two runs it
@@ -20,7 +20,7 @@ from celery import current_app
 from django.utils import timezone
 
 from jobs.audit import Actor
-from jobs.messages import publish
+from jobs.broker.messages import publish
 from jobs.models import TERMINAL_STATUSES, Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job

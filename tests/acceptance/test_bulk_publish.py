@@ -1,5 +1,5 @@
-"""Bursts published in bulk (``jobs.bulk_publish``) are the messages ``send_task`` makes: the same
-headers and body bytes on Redis and RabbitMQ; a worker and Flower see a burst's runs as any
+"""Bursts published in bulk (``jobs.broker.bulk_publish``) are the messages ``send_task`` makes: the
+same headers and body bytes on Redis and RabbitMQ; a worker and Flower see a burst's runs as any
 others; and a broker killed in the middle of a burst loses none of its runs (maintenance
 re-publishes what did not arrive, and a message that arrived twice runs once)."""
 
@@ -26,9 +26,9 @@ from bench.beat_bench import create_jobs
 from devtools.__main__ import flower_state_options
 from devtools.rabbitmq import private_rabbitmq_node
 from devtools.services import free_port
-from jobs import bulk_publish, messages
-from jobs.amqp_frames import BufferedPublishing
 from jobs.audit import Actor
+from jobs.broker import bulk_publish, messages
+from jobs.broker.amqp_frames import BufferedPublishing
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import At
 from jobs.services import JobDefinition, create_job
@@ -462,11 +462,11 @@ def _queued(channel: Any, url: str, queue: str) -> tuple[Any, int]:
 
 def test_a_rabbitmq_killed_mid_burst_loses_no_run(cluster: Cluster, tmp_path: Path) -> None:
     """The RabbitMQ form of the test above, for the burst's confirm channel and its one write per
-    chunk (``jobs.amqp_frames``): 2,000 slots due at once from two beats into a RabbitMQ node of
-    the test's own. Once part of the burst is queued, the beats are frozen mid-burst, the node's
-    VM is killed (SIGKILL: whatever it had not written to disk is gone, and chunks handed over
-    but not confirmed are in doubt), the beats go on against a dead broker for a second, and the
-    node starts again on its data; only then a worker starts. Every run executes, once."""
+    chunk (``jobs.broker.amqp_frames``): 2,000 slots due at once from two beats into a RabbitMQ node
+    of the test's own. Once part of the burst is queued, the beats are frozen mid-burst, the node's
+    VM is killed (SIGKILL: whatever it had not written to disk is gone, and chunks handed over but
+    not confirmed are in doubt), the beats go on against a dead broker for a second, and the node
+    starts again on its data; only then a worker starts. Every run executes, once."""
     with private_rabbitmq_node() as node:
         assert node.process is not None
         try:

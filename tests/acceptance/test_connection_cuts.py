@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 
 from devtools.pgbouncer import Pooler
-from jobs.dispatch import trigger_now
+from jobs.broker.dispatch import trigger_now
 from jobs.models import JobRun, RunStatus
 from jobs.schedule.kinds import Every
 from tests.acceptance.conftest import Cluster, live_database_url, wait_for

@@ -25,8 +25,8 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from jobs.beat.entries import schedule_of
 from jobs.models import AuditEntry, Configured, Job, JobRun, RunStatus
-from jobs.names import job_name_for
 from jobs.schedule import slots
+from jobs.values.names import job_name_for
 from tests.acceptance.conftest import ROOT, Cluster, pause_and_wait_for_beats, wait_for
 from tests.support.slot_history import count_notes, wait_runs_finished
 

@@ -13,7 +13,7 @@ import pytest
 
 from devtools.__main__ import flower_state_options
 from devtools.services import free_port
-from jobs.dispatch import trigger_now
+from jobs.broker.dispatch import trigger_now
 from jobs.models import JobRun, RunStatus
 from jobs.schedule.kinds import At
 from tests.acceptance.conftest import FLOWER_AUTH, Cluster, flower_hears, flower_json, wait_for

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from jobs.dispatch import trigger_now
+from jobs.broker.dispatch import trigger_now
 from jobs.guard import lease
 from jobs.models import Job, JobRun, Lease, RunStatus
 from jobs.schedule.kinds import Every

@@ -18,9 +18,9 @@ import pytest
 from django.db import connection, transaction
 
 from jobs.audit import Actor
+from jobs.broker.messages import publish, task_id_for
 from jobs.exceptions import LeaseLost
 from jobs.guard import lease
-from jobs.messages import publish, task_id_for
 from jobs.models import (
     AuditAction,
     AuditEntry,

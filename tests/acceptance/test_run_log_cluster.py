@@ -21,7 +21,7 @@ import pytest
 from django.test import Client
 
 from jobs.audit import Actor
-from jobs.dispatch import trigger_now
+from jobs.broker.dispatch import trigger_now
 from jobs.guard import lease
 from jobs.models import JobRun, RunStatus
 from jobs.upkeep.recovery import recover_lost_runs

@@ -206,8 +206,8 @@ def test_app_service_sets_every_required_variable(name: str) -> None:
 
 
 def test_only_the_web_has_a_connection_pool() -> None:
-    """The web's connection budget (docs/connections.md): a pool per gunicorn process, its size
-    from WEB_DATABASE_POOL_MAX_SIZE; beats and workers refuse one (jobs.connection_budget)."""
+    """The web's connection budget (docs/connections.md): a pool per gunicorn process, its size from
+    WEB_DATABASE_POOL_MAX_SIZE; beats and workers refuse one (jobs.database.connection_budget)."""
     for name, svc in app_services().items():
         pool = environment(svc).get("DATABASE_POOL_MAX_SIZE")
         if name == "web":

@@ -12,8 +12,8 @@ from django.test import Client
 
 import tests.support.jobs_under_test
 import tests.support.plain_tasks  # noqa: F401  (registers plain Celery tasks)
-from jobs import messages
 from jobs.audit import Actor
+from jobs.broker import messages
 from jobs.conf import get_alerts_conf
 from jobs.models import Job
 from jobs.schedule.kinds import Schedule

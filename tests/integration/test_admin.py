@@ -24,7 +24,7 @@ from django_celery_beat.models import (
     SolarSchedule,
 )
 
-from jobs import job, services, timestamps
+from jobs import job, services
 from jobs.audit import Actor
 from jobs.guard import lease
 from jobs.models import (
@@ -42,7 +42,7 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every
-from jobs.web import serializers
+from jobs.values import serializers, timestamps
 from tests.support.forms import job_form_data
 from tests.support.job_factory import new_job
 

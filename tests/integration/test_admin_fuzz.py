@@ -19,8 +19,8 @@ from jobs import services
 from jobs.audit import Actor
 from jobs.forms import JobForm
 from jobs.models import Blackout, Job, JobRun
-from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
+from jobs.values.names import has_control_character
 from tests.support.forms import job_form_data
 from tests.support.fuzzing import any_text, fuzz_settings
 from tests.support.hostile_values import BAD_RECORD_KWARGS, CONTROL

@@ -24,13 +24,14 @@ from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule, IntervalSchedule, PeriodicTask
 
-from jobs import bulk_publish, messages, services
+from jobs import services
 from jobs.audit import Actor
 from jobs.beat import adoption, entries, retiring
 from jobs.beat.scheduler import ClusterScheduler
+from jobs.broker import bulk_publish, messages
 from jobs.models import AuditAction, AuditEntry, Job, JobRun, Trigger
 from jobs.upkeep import maintenance
-from jobs.web import serializers
+from jobs.values import serializers
 from project.celery import app
 from tests.support.pauses import paused
 from tests.support.virtual_clock import VirtualClock
@@ -110,7 +111,7 @@ def test_a_rows_headers_and_its_name_reach_the_task_as_under_stock_beat(
     assert job.adopted and job.headers == headers
     assert _execute_queued() == 1
     assert JobRun.objects.get(job=job, scheduled_for=slot).status == "succeeded"
-    # The same message in a burst (jobs.bulk_publish), from the beat's own job.
+    # The same message in a burst (jobs.broker.bulk_publish), from the beat's own job.
     run = JobRun.objects.create(job=job, scheduled_for=slot + timedelta(seconds=10))
     with app.producer_or_acquire() as producer:
         publication = bulk_publish.Publication(beat._entries[job.pk].job, run.pk, run.scheduled_for)

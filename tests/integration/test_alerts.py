@@ -19,7 +19,6 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 import tests.support.jobs_continuous  # noqa: F401  (registers the continuous functions)
-from jobs import timestamps
 from jobs.alerts import sender
 from jobs.alerts.detect import open_incident, resolve_incidents
 from jobs.continuous import tenures
@@ -27,6 +26,7 @@ from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import AlertDelivery, AuditEntry, Incident, Job, JobRun, RunStatus, Trigger
 from jobs.upkeep.recovery import recover_lost_runs
+from jobs.values import timestamps
 from tests.support.job_factory import new_job, run_here
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from jobs import services
 from jobs.audit import Actor
 from jobs.models import Blackout, Job, JobRun
-from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
+from jobs.values.names import has_control_character
 from jobs.web import tokens
 from tests.support.fuzzing import any_text, fuzz_settings
 from tests.support.hostile_values import UNENCODABLE

@@ -23,10 +23,10 @@ from django.urls import reverse
 from django.utils import timezone
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-from jobs import logcontext
 from jobs.audit import Actor
 from jobs.guard import lease
 from jobs.models import ApiToken, AuditEntry, Job, JobRun
+from jobs.process import logcontext
 from jobs.web import tokens
 from tests.support.forms import job_form_data
 from tests.support.pauses import paused as paused_state

@@ -185,7 +185,7 @@ def test_priority_and_queue_name_route_the_message(
 
 
 def _wire(priority: int) -> int:
-    from jobs.messages import wire_priority
+    from jobs.broker.messages import wire_priority
 
     return wire_priority(priority)
 

@@ -1,6 +1,6 @@
-"""Backfill (jobs.backfill) against real PostgreSQL: one run per slot that has none, whoever else
-made the slot's run; released one at a time per job, oldest first; a start deadline counted from
-the release; and the CLI's and the API's answers, errors naming the field."""
+"""Backfill (jobs.workflow.backfill) against real PostgreSQL: one run per slot that has none,
+whoever else made the slot's run; released one at a time per job, oldest first; a start deadline
+counted from the release; and the CLI's and the API's answers, errors naming the field."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from jobs import backfill, services
+from jobs import services
 from jobs.audit import Actor
 from jobs.beat import coalescing, slot_records
 from jobs.exceptions import NotTriggerable
@@ -25,6 +25,7 @@ from jobs.schedule import slots
 from jobs.schedule.kinds import Cron, Every
 from jobs.upkeep import sweeps
 from jobs.web import tokens
+from jobs.workflow import backfill
 
 pytestmark = pytest.mark.django_db
 

@@ -18,12 +18,13 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import Client
 
-from jobs import backfill, services
+from jobs import services
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.models import AuditEntry, Blackout, Job, JobRun, RunStatus, ScheduleError
 from jobs.schedule.kinds import Cron
 from jobs.web import tokens
+from jobs.workflow import backfill
 from project.celery import app
 from tests.support.virtual_clock import VirtualClock
 

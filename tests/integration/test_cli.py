@@ -21,12 +21,12 @@ from jobs.forms import JobForm
 from jobs.guard import lease
 from jobs.models import ApiToken, AuditEntry, Blackout, Job, JobRun, Node, RunStatus, Trigger
 from jobs.registry import POLICY_FIELDS
-from jobs.web.serializers import RUN_FIELDS
+from jobs.values.serializers import RUN_FIELDS
 from tests.support.cli_jobs import add, jobs, jobs_error, jobs_json
 
 MANAGE_PY = Path(__file__).resolve().parents[2] / "manage.py"
 
-# A job's record (jobs.web.serializers.job_fields): every registry policy and the fields around.
+# A job's record (jobs.values.serializers.job_fields): every registry policy and the fields around.
 JOB_KEYS = {
     *("name", "task", "kind", "enabled", "schedule", "schedule_error"),
     *("paused_by", "pause_reason", "paused_until"),  # who paused it, why, until when
@@ -419,8 +419,8 @@ def test_an_unknown_job_name_is_status_1(verb: str) -> None:
     assert error.returncode == 1
 
 
-# What no name or text can hold (jobs.text): a NUL, and the lone surrogate that Python makes of
-# an argument's invalid UTF-8 byte (here 0xFF, as a shell passes $'\xff').
+# What no name or text can hold (jobs.values.text): a NUL, and the lone surrogate that Python makes
+# of an argument's invalid UTF-8 byte (here 0xFF, as a shell passes $'\xff').
 NOT_UTF8 = "\udcff"
 WINDOW = ["--from", "2030-01-01T00:00Z", "--until", "2030-01-02T00:00Z"]
 

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.models import ApiToken, Blackout, Job
-from jobs.names import has_control_character
 from jobs.schedule.kinds import Every
+from jobs.values.names import has_control_character
 from tests.support.fuzzing import any_text, fuzz_settings
 from tests.support.hostile_values import BAD_RECORD_KWARGS, CONTROL, UNENCODABLE
 from tests.support.job_factory import new_job

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from jobs.beat.clock import DatabaseClock
 from jobs.beat.scheduler import system_clock
-from jobs.database_clock import database_instant, database_now
+from jobs.database.database_clock import database_instant, database_now
 
 pytestmark = pytest.mark.django_db
 

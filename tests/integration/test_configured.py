@@ -24,8 +24,8 @@ from jobs.audit import Actor
 from jobs.beat import configured
 from jobs.beat.entries import schedule_of
 from jobs.models import AuditEntry, BeatHeartbeat, CeleryConfiguration, Configured, Job
-from jobs.names import job_name_for
 from jobs.schedule.kinds import Cron, Every, Solar
+from jobs.values.names import job_name_for
 from project.celery import app
 
 # Every test starts from an empty beat_schedule (the conftest fixture), restored after it.

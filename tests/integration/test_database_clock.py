@@ -1,4 +1,4 @@
-"""The database's clock (jobs.database_clock), against real PostgreSQL: ``now()`` is the
+"""The database's clock (jobs.database.database_clock), against real PostgreSQL: ``now()`` is the
 transaction's start, the instant is not, and ages are measured by it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from jobs.database_clock import age_of, database_instant, database_now
+from jobs.database.database_clock import age_of, database_instant, database_now
 from jobs.models import Job, JobRun
 from tests.support.job_factory import new_run
 

@@ -17,13 +17,14 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from jobs import dependencies, services
+from jobs import services
 from jobs.audit import Actor
 from jobs.beat import slot_records
 from jobs.guard import run_records
 from jobs.models import Job, JobKind, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Triggered
 from jobs.web import tokens
+from jobs.workflow import dependencies
 from tests.integration.conftest import Published
 
 pytestmark = pytest.mark.django_db(transaction=True)

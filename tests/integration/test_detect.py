@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from jobs.alerts import baseline, detect
 from jobs.conf import get_ops_conf
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.models import (
     AlertDelivery,
     BeatHeartbeat,

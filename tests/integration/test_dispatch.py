@@ -1,4 +1,4 @@
-"""Publishing runs and making the runs an operator asks for now (jobs.dispatch), against real
+"""Publishing runs and making the runs an operator asks for now (jobs.broker.dispatch), against real
 PostgreSQL; the broker's publish is captured: a run is published once it is committed, a failed
 publish leaves it scheduled, a run of an unregistered task is never sent, a continuous job is
 never triggered, and an idempotency key makes one run per request."""
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs import bulk_publish, dispatch, messages
+from jobs.broker import bulk_publish, dispatch, messages
 from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
 from jobs.models import Job, JobRun, RunStatus, Trigger
@@ -68,7 +68,10 @@ def test_a_failed_publish_is_logged_and_leaves_its_run_scheduled_for_maintenance
     job = make_job()
     lost, kept = new_run(job), new_run(job, ago=60)
     publishes.refused.add(lost.pk)
-    with caplog.at_level(logging.ERROR, logger="jobs.dispatch"), dispatch.publishing() as publisher:
+    with (
+        caplog.at_level(logging.ERROR, logger="jobs.broker.dispatch"),
+        dispatch.publishing() as publisher,
+    ):
         publisher.add([(job, run.pk, run.scheduled_for) for run in (lost, kept)])
     assert publisher.sent == 1 and publisher.published == [kept.pk]
     assert [run_id for run_id, _, _ in publishes.sent] == [kept.pk]

@@ -23,14 +23,15 @@ from django.test import Client
 from django.urls import reverse
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from jobs import names, registry, services
+from jobs import registry, services
 from jobs.audit import Actor
 from jobs.beat import adoption, declared_jobs
 from jobs.context import JobContext
 from jobs.exceptions import NameReadsLikeAnother, RegistryConflict
 from jobs.models import ApiToken, AuditEntry, Blackout, ConfigurationProblem, Job
-from jobs.names import job_name_for, skeleton, stored_skeleton
 from jobs.services import JobDefinition
+from jobs.values import names
+from jobs.values.names import job_name_for, skeleton, stored_skeleton
 from jobs.web import tokens
 from tests.support.forms import job_form_data
 from tests.support.job_factory import HOURLY, new_job

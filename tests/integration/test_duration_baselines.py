@@ -11,7 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from jobs.models import Incident, Job, JobRun, RunStatus
-from jobs.names import stored_skeleton
+from jobs.values.names import stored_skeleton
 from tests.support.migrations import migrated_back_to
 
 BEFORE = ("jobs", "0038_pause_reason_and_end")

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 import pytest
 
 from jobs import registry
-from jobs.backfill import MAX_RUNS_LIMIT
 from jobs.beat import entries
 from jobs.forms import BackfillForm, JobForm, RunWithArgumentsForm, ScheduleType
 from jobs.models import AuditEntry, Job, JobKind
 from jobs.schedule.kinds import At, Cron, Every, Triggered
+from jobs.workflow.backfill import MAX_RUNS_LIMIT
 from tests.support.forms import job_form_data
 
 pytestmark = pytest.mark.django_db

@@ -12,9 +12,9 @@ from django.db import DatabaseError
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from jobs import broker_identity
 from jobs.audit import Actor
 from jobs.beat import heartbeat
+from jobs.broker import broker_identity
 from jobs.conf import get_ops_conf
 from jobs.models import BeatHeartbeat, Node, NodeState
 from jobs.web import health, tokens

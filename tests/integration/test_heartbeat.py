@@ -9,8 +9,8 @@ import os
 import pytest
 from django.db import DatabaseError
 
-from jobs import broker_identity
 from jobs.beat import heartbeat
+from jobs.broker import broker_identity
 from jobs.models import BeatHeartbeat
 
 pytestmark = pytest.mark.django_db

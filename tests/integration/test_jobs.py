@@ -17,7 +17,8 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-from jobs import cli, messages
+from jobs import cli
+from jobs.broker import messages
 from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, Node

@@ -8,8 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs import large_tables
 from jobs.audit import Actor
+from jobs.database import large_tables
 from jobs.models import JobRun, Node, RunStatus, Trigger
 from jobs.schedule.kinds import Every
 from jobs.services import JobDefinition, create_job

@@ -13,8 +13,8 @@ import redis
 from django.db.models import F
 from django.utils import timezone
 
-from jobs import dispatch, messages
 from jobs.beat import slot_records
+from jobs.broker import dispatch, messages
 from jobs.guard import lease
 from jobs.models import Job, JobRun, RunStatus, Trigger
 from jobs.schedule.kinds import Every

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from jobs.conf import JobsConf
 from jobs.continuous import nodes
 from jobs.continuous.nodes import Liveness, NodeHeartbeat, NodeInfo
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.models import Node
 from tests.acceptance.conftest import wait_for
 

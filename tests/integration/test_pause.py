@@ -14,7 +14,7 @@ from django.test import Client
 
 from jobs import services
 from jobs.audit import Actor
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.models import AuditAction, AuditEntry, Job
 from jobs.web import tokens
 from tests.support.cli_jobs import jobs, jobs_error, jobs_json

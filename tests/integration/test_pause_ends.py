@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs.beat import pause_ends
 from jobs.beat.scheduler import ClusterScheduler
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.models import AuditAction, Job, JobRun
 from jobs.schedule.kinds import Every
 from project.celery import app

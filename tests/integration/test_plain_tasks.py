@@ -17,8 +17,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from jobs import dispatch, registry
+from jobs import registry
 from jobs.audit import Actor
+from jobs.broker import dispatch
 from jobs.guard import lease
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunStatus, Trigger

@@ -1,6 +1,7 @@
-"""A transaction pooler without DATABASE_POOLER=transaction (jobs.pooler_hint): the worker says
-why once, /healthz shows it, and the rule knows the pooler's errors and nothing else. Behind the
-tests' private PgBouncer (tests/integration/test_pooler.py checks that it pools by transaction)."""
+"""A transaction pooler without DATABASE_POOLER=transaction (jobs.database.pooler_hint): the worker
+says why once, /healthz shows it, and the rule knows the pooler's errors and nothing else. Behind
+the tests' private PgBouncer (tests/integration/test_pooler.py checks that it pools by
+transaction)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from django.test import Client
 from django.utils import timezone
 
 from devtools.pgbouncer import transaction_pooler
-from jobs import pooler_hint
 from jobs.beat import slot_records
+from jobs.database import pooler_hint
 from jobs.guard.runner import execute_run
 from jobs.models import Job
 from tests.acceptance.conftest import live_database_url

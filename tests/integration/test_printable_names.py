@@ -1,5 +1,5 @@
 """The names people type and read (jobs, blackout windows, API tokens) hold no control character
-and no space at either end, in the database too (jobs.names, migration 0032): a row written
+and no space at either end, in the database too (jobs.values.names, migration 0032): a row written
 around the services is refused by a CHECK constraint naming the rule, and the rows that broke the
 rules before it are renamed, not lost."""
 
@@ -13,10 +13,10 @@ from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django_celery_beat.models import PeriodicTask
 
-from jobs import names
 from jobs.audit import Actor
 from jobs.models import AuditEntry, Blackout, Job
-from jobs.names import job_name_for
+from jobs.values import names
+from jobs.values.names import job_name_for
 from jobs.web import tokens
 from tests.support.job_factory import HOURLY, new_job
 from tests.support.migrations import migrated_back_to
@@ -103,14 +103,14 @@ def test_migration_0032_renames_the_rows_that_break_the_rules_and_keeps_them(
         ({"name": " report"}, {"name": "\u2420report"}),
         ({"name": "report\n"}, {"name": "report\u2420"}),
     ]
-    # The names are the ones Celery's entry keys would get (jobs.names.job_name_for).
+    # The names are the ones Celery's entry keys would get (jobs.values.names.job_name_for).
     assert job_name_for(" report") == "\u2420report"
     assert job_name_for("report\n") == "report\u2420"
 
 
 @pytest.mark.django_db
 def test_postgresql_reads_the_rules_as_python_does() -> None:
-    # The CHECK constraints and the validators are one text each (jobs.names): the same verdicts.
+    # The CHECK constraints and validators are one text each (jobs.values.names): the same verdicts.
     samples = [chr(c) for c in range(1, 0x3001) if chr(c).isspace() or chr(c).isprintable()]
     samples += [f"{c}x" for c in samples] + [f"x{c}" for c in samples] + ["", "x y"]
     with connection.cursor() as cursor:

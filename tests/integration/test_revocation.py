@@ -14,8 +14,8 @@ import pytest
 from celery.worker.control import Panel
 from django.utils import timezone
 
+from jobs.broker.messages import task_id_for
 from jobs.guard import revocation, run_records
-from jobs.messages import task_id_for
 from jobs.models import AuditAction, AuditEntry, Job, JobRun, RunStatus, Trigger
 from tests.support.job_factory import new_job
 

@@ -16,8 +16,8 @@ from django.utils import timezone
 from jobs.audit import Actor
 from jobs.guard.runner import execute_run
 from jobs.models import Job, JobRun, RunLogLine, RunStatus
-from jobs.redaction import MASK
 from jobs.upkeep import retention
+from jobs.values.redaction import MASK
 from jobs.web import tokens
 from tests.support.cli_jobs import jobs, jobs_error
 from tests.support.job_factory import new_run

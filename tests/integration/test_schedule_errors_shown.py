@@ -18,9 +18,9 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import dispatch, messages
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
+from jobs.broker import dispatch, messages
 from jobs.models import Job, JobRun, RunStatus, ScheduleError
 from jobs.schedule.kinds import Cron
 from jobs.web import tokens

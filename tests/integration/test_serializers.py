@@ -1,4 +1,4 @@
-"""How jobs and runs are shown (jobs.web.serializers): the same words and records in the admin,
+"""How jobs and runs are shown (jobs.values.serializers): the same words and records in the admin,
 the dashboard, the CLI and the API, and a broken row shown as broken rather than failing."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 from django.utils import timezone
 
 from jobs.audit import Actor, record
-from jobs.backfill import BackfillPlan, BackfillResult
+from jobs.broker.messages import task_id_for
 from jobs.conf import get_ops_conf
-from jobs.messages import task_id_for
 from jobs.models import (
     JOB_DISPLAY_RELATED,
     AuditAction,
@@ -24,7 +23,8 @@ from jobs.models import (
 )
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule.kinds import Cron, Every, Triggered
-from jobs.web import serializers
+from jobs.values import serializers
+from jobs.workflow.backfill import BackfillPlan, BackfillResult
 from tests.support.cached_settings import overriding
 
 pytestmark = pytest.mark.django_db

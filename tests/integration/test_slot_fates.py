@@ -21,7 +21,7 @@ from jobs.audit import Actor
 from jobs.beat import slot_fates
 from jobs.beat.scheduler import ClusterScheduler
 from jobs.beat.slot_fates import Outcome
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.models import Job, JobRun, RunStatus
 from jobs.schedule.kinds import Cron, Every
 from project.celery import app

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from jobs import postgres_only
+from jobs.database import postgres_only
 
 pytestmark = pytest.mark.django_db
 
-SQL = Path(postgres_only.__file__).parent / "sql"
-MIGRATIONS = Path(postgres_only.__file__).parent / "migrations"
+SQL = Path(postgres_only.__file__).parents[1] / "sql"
+MIGRATIONS = Path(postgres_only.__file__).parents[1] / "migrations"
 SCRATCH = "jobs_sql_contract"
 
 # Objects by name (a function with its argument types; a trigger with its table), each printed

@@ -16,13 +16,13 @@ from django.test import override_settings
 from django.utils import timezone
 from kombu import Connection
 
-from jobs import messages as run_messages
+from jobs.broker import messages as run_messages
 from jobs.conf import get_ops_conf
 from jobs.exceptions import RunFailed, RunLost
 from jobs.guard import run_records
 from jobs.models import Job, JobKind, JobRun, RunStatus, Trigger
 from jobs.registry import RunTask
-from jobs.web import serializers
+from jobs.values import serializers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,7 +1,7 @@
-"""A worker's main process (jobs.worker_signals), driven by Celery's own worker signals against
-real PostgreSQL: ``worker_ready`` registers the node and starts its threads, once per process;
-``worker_shutting_down`` tells the runs and the supervisor; ``worker_shutdown`` stops the threads
-and marks the node stopped."""
+"""A worker's main process (jobs.process.worker_signals), driven by Celery's own worker signals
+against real PostgreSQL: ``worker_ready`` registers the node and starts its threads, once per
+process; ``worker_shutting_down`` tells the runs and the supervisor; ``worker_shutdown`` stops the
+threads and marks the node stopped."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import celery
 import pytest
 from celery import signals
 
-from jobs import worker_signals
 from jobs.guard import shutdown_notice
 from jobs.models import Node, NodeState
+from jobs.process import worker_signals
 from tests.acceptance.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -36,9 +36,9 @@ from sentry_sdk.envelope import Envelope
 from sentry_sdk.integrations.celery import CeleryIntegration
 from sentry_sdk.transport import Transport
 
-from jobs import dispatch
 from jobs.audit import Actor
 from jobs.beat.scheduler import ClusterScheduler
+from jobs.broker import dispatch
 from jobs.models import Job, JobRun, RunStatus
 from jobs.registry import RUN_TASK
 from jobs.schedule.kinds import At, Every

@@ -18,7 +18,7 @@ import time
 
 from django.db import transaction
 
-from jobs.dispatch import trigger_now
+from jobs.broker.dispatch import trigger_now
 from jobs.exceptions import LeaseLost
 from jobs.guard import lease, run_records
 from jobs.models import Job, JobRun, RunStatus

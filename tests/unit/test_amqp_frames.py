@@ -1,7 +1,8 @@
-"""A RabbitMQ burst's frames (jobs.amqp_frames) are the bytes py-amqp writes for the same messages:
-the properties encoder against ``amqp.Message._serialize_properties`` on generated messages (one
-encoder for a whole sequence, so its reuse of what it encoded last is tried on values that
-change, repeat and change type), and a buffered channel's one write against py-amqp's writes."""
+"""A RabbitMQ burst's frames (jobs.broker.amqp_frames) are the bytes py-amqp writes for the same
+messages: the properties encoder against ``amqp.Message._serialize_properties`` on generated
+messages (one encoder for a whole sequence, so its reuse of what it encoded last is tried on values
+that change, repeat and change type), and a buffered channel's one write against py-amqp's
+writes."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu.transport.pyamqp import Channel as KombuChannel
 
-from jobs.amqp_frames import BufferedPublishing, MessageFrames, PropertiesEncoder
+from jobs.broker.amqp_frames import BufferedPublishing, MessageFrames, PropertiesEncoder
 
 # Values a header may hold, with the ones equal across types (0, 0.0, False; 1, True) that
 # encode differently, and those nested in lists and tables.

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import OperationalError
 
-from jobs.background import PeriodicThread
+from jobs.process.background import PeriodicThread
 
 
 class Steps(PeriodicThread):
@@ -35,7 +35,7 @@ def test_failing_steps_are_logged_and_the_loop_carries_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     loop = Steps([OperationalError("server closed the connection"), RuntimeError("boom")])
-    with caplog.at_level(logging.WARNING, logger="jobs.background"):
+    with caplog.at_level(logging.WARNING, logger="jobs.process.background"):
         loop.start()
         try:
             assert loop.done.wait(10), "the loop stopped after a failing step"

@@ -1,4 +1,4 @@
-"""Which broker a process talks to, without its credentials (jobs.broker_identity)."""
+"""Which broker a process talks to, without its credentials (jobs.broker.broker_identity)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs import broker_identity
-from jobs.broker_identity import redacted
+from jobs.broker import broker_identity
+from jobs.broker.broker_identity import redacted
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""jobs.broker_restart: kombu's Redis ``Channel.close`` finishes when its BRPOP connection is
+"""jobs.broker.broker_restart: kombu's Redis ``Channel.close`` finishes when its BRPOP connection is
 gone, is wrapped once, and is left alone when kombu no longer looks as expected. The worker
 surviving a real Redis restart: ``tests/acceptance/test_broker_restart.py``."""
 
@@ -11,7 +11,7 @@ import pytest
 import redis
 from kombu.transport import redis as kombu_redis
 
-from jobs import broker_restart
+from jobs.broker import broker_restart
 
 
 class FakeChannel:

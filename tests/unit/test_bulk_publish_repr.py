@@ -1,7 +1,7 @@
-"""A burst's ``kwargsrepr`` header is composed from cached parts (``jobs.bulk_publish``) instead of
-Celery's ``saferepr`` of the whole, and on RabbitMQ its JSON body from the text around the run's
-keyword arguments instead of kombu's serializer: for every job name a job may have and every
-slot, each must be the same string, or a bulk message would differ from ``send_task``'s."""
+"""A burst's ``kwargsrepr`` header is composed from cached parts (``jobs.broker.bulk_publish``)
+instead of Celery's ``saferepr`` of the whole, and on RabbitMQ its JSON body from the text around
+the run's keyword arguments instead of kombu's serializer: for every job name a job may have and
+every slot, each must be the same string, or a bulk message would differ from ``send_task``'s."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from celery.utils.saferepr import saferepr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.bulk_publish import _composed_body, _kwargs_repr
+from jobs.broker.bulk_publish import _composed_body, _kwargs_repr
 from jobs.models import Job
 
 NAME_LIMIT = Job._meta.get_field("name").max_length

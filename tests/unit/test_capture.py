@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 from celery.utils.log import LoggingProxy
 
-from jobs import logcontext
 from jobs.conf import RunLogConf
-from jobs.redaction import MASK
+from jobs.process import logcontext
 from jobs.runlog.capture import capturing
 from jobs.runlog.lines import Line, Lines
 from jobs.runlog.writer import Writer
+from jobs.values.redaction import MASK
 
 CONF = RunLogConf(level=logging.INFO, max_lines=100, max_line_chars=1000, flush_seconds=1.0)
 log = logging.getLogger("tests.capture")

@@ -1,5 +1,6 @@
 """The import graph of ``jobs/`` has no cycle (issue 30): a module's imports, wherever they
-stand in it (a function-level import is an import all the same), never lead back to it.
+stand in it (a function-level import is an import all the same), never lead back to it. And
+``jobs/values/``, which every edge asks, imports no edge (issue 42), as its docstring says.
 Imports under ``if TYPE_CHECKING:`` are left out: they never run."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "jobs"
+# The edges: where people and clients meet the app (pages, API, commands, alerts, audit trail).
+EDGES = ("jobs.web", "jobs.admin", "jobs.cli", "jobs.management", "jobs.alerts", "jobs.audit")
 
 
 def _module_name(path: Path) -> str:
@@ -24,6 +27,10 @@ def _modules() -> dict[str, Path]:
         for path in PACKAGE.rglob("*.py")
         if "migrations" not in path.relative_to(PACKAGE).parts
     }
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -88,6 +95,18 @@ def test_the_import_graph_of_jobs_has_no_cycle() -> None:
     for name in graph:
         graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
     assert _cycle(graph) == []
+
+
+def test_values_import_no_edge() -> None:
+    modules = _modules()
+    known = set(modules)
+    edges_imported = {
+        name: sorted(m for m in _imports(name, path, known) if _within(m, EDGES))
+        for name, path in modules.items()
+        if name == "jobs.values" or name.startswith("jobs.values.")
+    }
+    assert edges_imported
+    assert not {name: found for name, found in edges_imported.items() if found}
 
 
 def test_the_check_finds_a_planted_cycle() -> None:

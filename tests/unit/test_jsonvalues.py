@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from jobs.jsonvalues import MAX_DEPTH, check_arguments_size, check_storable, loads
-from jobs.text import MAX_ARGUMENTS_BYTES
+from jobs.values.jsonvalues import MAX_DEPTH, check_arguments_size, check_storable, loads
+from jobs.values.text import MAX_ARGUMENTS_BYTES
 
 
 @pytest.mark.parametrize(

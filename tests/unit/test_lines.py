@@ -11,8 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from jobs.conf import RunLogConf, get_run_log_conf
-from jobs.redaction import MASK
 from jobs.runlog.lines import Batch, Lines, level_number, storable
+from jobs.values.redaction import MASK
 
 
 def _lines(head: int = 3, tail: int = 2, max_chars: int = 100) -> Lines:

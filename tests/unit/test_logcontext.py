@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobs import logcontext
+from jobs.process import logcontext
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""A run's message (jobs.messages): its task id, what it carries, how it is routed, and what is
-handed to Celery to send it (captured here, no broker)."""
+"""A run's message (jobs.broker.messages): its task id, what it carries, how it is routed, and what
+is handed to Celery to send it (captured here, no broker)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import tests.support.jobs_under_test  # noqa: F401  (registers tests.record)
-from jobs import messages
-from jobs.messages import (
+from jobs.broker import messages
+from jobs.broker.messages import (
     message_headers,
     message_kwargs,
     run_id_of,

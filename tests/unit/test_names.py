@@ -1,4 +1,4 @@
-"""What a printed or routed name may hold (jobs.names): no line break nor any other control
+"""What a printed or routed name may hold (jobs.values.names): no line break nor any other control
 character, the same rule for the models' validators and the checks outside them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from jobs.models import Job
-from jobs.names import (
+from jobs.values.names import (
     INVISIBLE_CHARACTERS,
     MAX_JOB_NAME,
     has_control_character,

@@ -1,5 +1,5 @@
-"""Migration steps that exist only on PostgreSQL (jobs.postgres_only): run there, as given and
-without parameters, and skipped on another database; the frozen files read when they run."""
+"""Migration steps that exist only on PostgreSQL (jobs.database.postgres_only): run there, as given
+and without parameters, and skipped on another database; the frozen files read when they run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from jobs import postgres_only
-from jobs.postgres_only import FROZEN_SQL, run_frozen_sql, run_sql
+from jobs.database import postgres_only
+from jobs.database.postgres_only import FROZEN_SQL, run_frozen_sql, run_sql
 
 
 class SchemaEditor:
@@ -44,5 +44,5 @@ def test_frozen_files_run_after_the_first_statement_in_order(
 
 
 def test_the_frozen_files_are_the_migrations_own() -> None:
-    assert Path(postgres_only.__file__).parent / "migrations" / "sql" == FROZEN_SQL
+    assert Path(postgres_only.__file__).parents[1] / "migrations" / "sql" == FROZEN_SQL
     assert any(FROZEN_SQL.glob("0*.sql"))

@@ -1,5 +1,5 @@
-"""State a process keeps about itself (jobs.process_state): a forked child gets its own, and a
-problem is recorded at most once every so often per process."""
+"""State a process keeps about itself (jobs.process.process_state): a forked child gets its own, and
+a problem is recorded at most once every so often per process."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from jobs import process_state
-from jobs.process_state import ProcessState, mine
+from jobs.process import process_state
+from jobs.process.process_state import ProcessState, mine
 
 
 def test_the_first_record_is_due_then_none_until_the_interval_passed(

@@ -1,4 +1,4 @@
-"""What the database can hold (``jobs.text``): NUL and lone surrogates are named, everything
+"""What the database can hold (``jobs.values.text``): NUL and lone surrogates are named, everything
 else passes, and text cut for a list says so."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from jobs import text
+from jobs.values import text
 from tests.support.fuzzing import any_text, fuzz_settings
 
 

@@ -1,5 +1,5 @@
-"""How an instant reads for people (jobs.timestamps): seconds and the zone, in the active time
-zone, and ``-`` for none."""
+"""How an instant reads for people (jobs.values.timestamps): seconds and the zone, in the active
+time zone, and ``-`` for none."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from django.test import override_settings
 from django.utils import timezone
 
-from jobs.timestamps import display
+from jobs.values.timestamps import display
 
 
 def test_an_instant_shows_its_seconds_and_its_zone() -> None:

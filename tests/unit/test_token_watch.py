@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from jobs import pooler_hint
+from jobs.database import pooler_hint
 from jobs.guard import token_watch
 
 

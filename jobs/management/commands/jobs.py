@@ -22,12 +22,12 @@ from django.core.management.base import (
 from django.db.models import BooleanField, ExpressionWrapper
 from django.utils import timezone
 
-from jobs import backfill, cli, registry, services
+from jobs import cli, registry, services
 from jobs.alerts import baseline, detect
 from jobs.audit import Actor
 from jobs.beat import adoption, configured, slot_fates, switch_report
 from jobs.continuous.nodes import with_liveness
-from jobs.database_clock import database_now
+from jobs.database.database_clock import database_now
 from jobs.exceptions import NotFound, NotTriggerable
 from jobs.models import (
     JOB_DISPLAY_RELATED,
@@ -49,8 +49,9 @@ from jobs.models import (
 from jobs.registry import POLICY_FIELDS
 from jobs.runlog import reading
 from jobs.schedule.kinds import describe
-from jobs.web import serializers
-from jobs.web.serializers import duration_words, schedule_words
+from jobs.values import serializers
+from jobs.values.serializers import duration_words, schedule_words
+from jobs.workflow import backfill
 
 VERBS = (
     "add",

@@ -7,15 +7,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobs.backfill import BackfillResult
 from jobs.beat import entries, schedule_errors
 from jobs.beat.slot_fates import Fate
+from jobs.broker.messages import task_id_for
 from jobs.conf import get_ops_conf
-from jobs.messages import task_id_for
 from jobs.models import AuditEntry, Job, JobKind, JobRun, RunStatus, ScheduleError, Trigger
 from jobs.registry import POLICY_FIELDS
 from jobs.schedule import slots
 from jobs.schedule.kinds import Triggered, describe
+from jobs.workflow.backfill import BackfillResult
 
 
 def schedule_words(job: Job) -> str:
@@ -104,7 +104,7 @@ def job_fields(job: Job) -> dict[str, Any]:
 
 
 def upstream_names(job: Job) -> list[str]:
-    """The jobs ``job`` runs after (jobs.dependencies), by name."""
+    """The jobs ``job`` runs after (jobs.workflow.dependencies), by name."""
     if job.pk is None:
         return []
     return sorted(upstream.name for upstream in job.upstreams.all())  # prefetched on lists

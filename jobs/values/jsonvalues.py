@@ -1,11 +1,11 @@
 """JSON values that people type (a job's args and kwargs, an API body): parsed without a traceback
 whatever the text, and accepted only if PostgreSQL's ``jsonb`` stores them as they are.
 
-``jsonb`` refuses a string that ``jobs.text`` says it cannot hold (a NUL, a lone surrogate), and
-the ``NaN`` / ``Infinity`` that Python's ``json`` writes for non-finite floats; very deep nesting
-costs recursion in every reader. Arguments an operator gives are bounded in size
-(``check_arguments_size``). Each is a ``ValueError`` with a message for a human, so an edge can
-put it on the field it came from.
+``jsonb`` refuses a string that ``jobs.values.text`` says it cannot hold (a NUL, a lone surrogate),
+and the ``NaN`` / ``Infinity`` that Python's ``json`` writes for non-finite floats; very deep
+nesting costs recursion in every reader. Arguments an operator gives are bounded in size
+(``check_arguments_size``). Each is a ``ValueError`` with a message for a human, so an edge can put
+it on the field it came from.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import sys
 from typing import Any
 
-from jobs import text
+from jobs.values import text
 
 # Far deeper than any sensible set of arguments, far shallower than any recursion limit.
 MAX_DEPTH = 32

@@ -13,7 +13,7 @@ from typing import Any
 # The frozen, versioned SQL a migration installs (NNNN_what.sql, NNNN: the migration). The
 # current text of each function and trigger is jobs/sql/, which later changes: a migration that
 # read it would install tomorrow's text in yesterday's schema.
-FROZEN_SQL = Path(__file__).parent / "migrations" / "sql"
+FROZEN_SQL = Path(__file__).parents[1] / "migrations" / "sql"
 
 
 def run_sql(sql: str) -> Callable[[Any, Any], None]:

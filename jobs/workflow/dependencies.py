@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from jobs.dispatch import publish_many
+from jobs.broker.dispatch import publish_many
 from jobs.guard import after_finish
 from jobs.guard.run_records import Claim, NewRun
 from jobs.models import Job, JobKind

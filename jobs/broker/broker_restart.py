@@ -60,7 +60,7 @@ def install(**_signal_kwargs: Any) -> bool:
     if not callable(getattr(channel, "_brpop_read", None)) or not hasattr(channel, "_in_poll"):
         log.warning(
             "kombu's Redis channel changed (no _brpop_read/_in_poll): the defence against a "
-            "worker exiting on a broker restart (jobs.broker_restart) is not installed"
+            "worker exiting on a broker restart (jobs.broker.broker_restart) is not installed"
         )
         return False
     channel.close = _wrap(close, empty)

@@ -12,7 +12,7 @@ them), and workers, Flower and redelivery see nothing different.
 
 What changes is the sending: on Redis kombu's publish batch puts a chunk's ``LPUSH`` es in one
 pipeline (one round trip); on RabbitMQ a burst's chunks go out back to back on one channel in
-confirm mode, each chunk's frames in one write (``jobs.amqp_frames``), and a chunk's
+confirm mode, each chunk's frames in one write (``jobs.broker.amqp_frames``), and a chunk's
 acknowledgements are awaited once for all of it, when the next chunk is handed over
 (``Burst``): the broker confirms one chunk while the beat inserts the next. Celery's
 ``before/after_task_publish`` signals fire once per template, not per message. Each run's
@@ -46,8 +46,8 @@ from kombu import Producer
 from kombu.utils import json as kombu_json
 
 from jobs import observers, registry
-from jobs.amqp_frames import BufferedPublishing, MessageFrames
-from jobs.messages import message_headers, message_kwargs, publish, task_id_for
+from jobs.broker.amqp_frames import BufferedPublishing, MessageFrames
+from jobs.broker.messages import message_headers, message_kwargs, publish, task_id_for
 from jobs.models import Job
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ _SHAPE_FIELDS = ("queue", "priority", "exchange", "routing_key", "time_limit", "
 # How long RabbitMQ may take to confirm a chunk before its delivery counts as uncertain.
 CONFIRM_TIMEOUT = 30.0
 
-# RabbitMQ chunks framed by jobs.amqp_frames; off, kombu's own publish on the same confirm
+# RabbitMQ chunks framed by jobs.broker.amqp_frames; off, kombu's own publish on the same confirm
 # channel and chunking (bench/burst_bench.py measures one against the other).
 AMQP_FRAMES = True
 
@@ -372,8 +372,8 @@ class _Confirms:
     def __init__(self, connection: Any) -> None:
         self.channel = connection.channel()
         self.channel.confirm_select()
-        # A chunk's messages framed into one write (jobs.amqp_frames), or written one by one by
-        # py-amqp as kombu publishes them.
+        # A chunk's messages framed into one write (jobs.broker.amqp_frames), or written one by one
+        # by py-amqp as kombu publishes them.
         self.publishing = BufferedPublishing(self.channel) if AMQP_FRAMES else None
         self.published = 0
         self.outstanding: set[int] = set()
@@ -390,7 +390,7 @@ class _Confirms:
                 return result
 
         self.producer = _Counting(self.channel, auto_declare=False)
-        # Each shape's messages compiled to frames (jobs.amqp_frames.MessageFrames), or None
+        # Each shape's messages compiled to frames (jobs.broker.amqp_frames.MessageFrames), or None
         # where they could not be: those go through kombu's publish.
         self._compiled: dict[tuple[Any, ...], MessageFrames | None] = {}
 
@@ -430,7 +430,7 @@ class _Confirms:
         """The frames of ``template``'s messages, compiled from the message kombu makes for
         this run; None when kombu's message is not the template's with the run's values in
         the open fields and its body (a body serialized otherwise, compression...)."""
-        assert self.publishing is not None  # send compiles only with jobs.amqp_frames on
+        assert self.publishing is not None  # send compiles only with jobs.broker.amqp_frames on
         plain = Producer(self.channel, auto_declare=False)
         message, arguments = self.publishing.capture(
             lambda: template.publish(plain, task_id, kwargs, job, trace)

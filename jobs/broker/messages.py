@@ -1,5 +1,6 @@
-"""A run's message: its task id, what it carries, how it is routed, and sending one. The broker
-is only a doorbell: the run row is the truth (``jobs.dispatch`` publishes runs, one or a burst)."""
+"""A run's message: its task id, what it carries, how it is routed, and sending one. The broker is
+only a doorbell: the run row is the truth (``jobs.broker.dispatch`` publishes runs, one or a
+burst)."""
 
 from __future__ import annotations
 

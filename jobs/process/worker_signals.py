@@ -4,7 +4,7 @@ the worker's main process only (never in pool processes, beats or web processes)
 ``worker_process_init``, which ``jobs.guard.shutdown_notice`` uses in each pool process.
 
 - ``worker_init``: the defence against a worker exiting when its Redis broker restarts
-  (``jobs.broker_restart``);
+  (``jobs.broker.broker_restart``);
 - ``worker_ready``: register the node, start the heartbeat and supervisor threads, and the
   alert sender (which also looks for a cluster without a live beat, ``jobs.alerts.detect``);
 - ``worker_shutting_down`` (the SIGTERM/SIGINT/SIGQUIT handler): ask the supervisor to stop.
@@ -29,12 +29,13 @@ from typing import Any
 import celery
 from celery import signals
 
-from jobs import broker_restart, connection_budget
 from jobs.alerts.detect import ClusterWatch
 from jobs.alerts.sender import AlertSender
+from jobs.broker import broker_restart
 from jobs.conf import get_conf, get_ops_conf
 from jobs.continuous.nodes import NodeHeartbeat, NodeInfo
 from jobs.continuous.supervisor import SHUTDOWN_GRACE, Supervisor
+from jobs.database import connection_budget
 from jobs.guard import hard_limit, revocation, shutdown_notice
 from jobs.guard.runner import refuse_unknown_task
 
@@ -48,13 +49,13 @@ _senders: list[AlertSender] = []
 
 
 def connect_worker_signals() -> None:
-    # A worker keeps a connection per thread: no pool (jobs.connection_budget).
+    # A worker keeps a connection per thread: no pool (jobs.database.connection_budget).
     signals.worker_init.connect(
-        _refuse_pool, weak=False, dispatch_uid="jobs.connection_budget.worker"
+        _refuse_pool, weak=False, dispatch_uid="jobs.database.connection_budget.worker"
     )
-    # A Redis broker restart must not stop the worker (jobs.broker_restart).
+    # A Redis broker restart must not stop the worker (jobs.broker.broker_restart).
     signals.worker_init.connect(
-        broker_restart.install, weak=False, dispatch_uid="jobs.broker_restart"
+        broker_restart.install, weak=False, dispatch_uid="jobs.broker.broker_restart"
     )
     # The shutdown notice first: its pipe must exist before the pool forks.
     signals.worker_init.connect(

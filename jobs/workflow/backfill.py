@@ -20,7 +20,7 @@ from django.db import connection, transaction
 
 from jobs.beat.entries import schedule_of
 from jobs.beat.slot_fates import Fate
-from jobs.dispatch import publish_many
+from jobs.broker.dispatch import publish_many
 from jobs.exceptions import NotTriggerable
 from jobs.guard import after_finish
 from jobs.guard.run_records import Claim, NewRun, calendar_status_pg, skip_reason_pg
@@ -154,6 +154,7 @@ def create(backfill: BackfillPlan) -> int:
 
 # Releasers serialise on a transaction lock, so two (a worker and maintenance) never both see
 # "nothing in flight" for one job; it ends with the transaction, so it is safe behind PgBouncer.
+# Its key is the module's old path, kept: releasers of every version must take the same lock.
 _SERIALISE = "SELECT pg_advisory_xact_lock(hashtext('jobs.backfill'))"
 
 # The oldest waiting backfill run of each job (of ``jobs``, or every job with a backfill under

@@ -1,5 +1,5 @@
-"""Publishing runs, one at a time or in bursts, and making the runs an operator asks for now:
-the broker is only a doorbell, the run row is the truth (``jobs.messages`` makes the message)."""
+"""Publishing runs, one at a time or in bursts, and making the runs an operator asks for now: the
+broker is only a doorbell, the run row is the truth (``jobs.broker.messages`` makes the message)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import bulk_publish, messages, observers, registry
+from jobs import observers, registry
+from jobs.broker import bulk_publish, messages
 from jobs.conf import get_conf
 from jobs.exceptions import IdempotencyKeyReused, NotTriggerable
 from jobs.guard import run_records
@@ -123,11 +124,11 @@ def publishing(
     producer: Any = None, *, schedule_of: observers.ScheduleOf | None = None
 ) -> Iterator[Publishing]:
     """Publish runs in chunks within the block: in a chunk, the runs of a shape with more than
-    ``BURST_OVER`` runs go in bulk unless ``JOBS_BULK_PUBLISH`` is off (``jobs.bulk_publish``:
-    Celery's messages and ``task-sent`` events, at the broker's speed; on RabbitMQ one
-    chunk's confirms are awaited while the next is made), every other run one by one.
-    ``schedule_of`` (a beat's: each job's schedule): each run's message starts a trace of its
-    own and carries its job's Crons check-in, as stock beat's (``jobs.observers``)."""
+    ``BURST_OVER`` runs go in bulk unless ``JOBS_BULK_PUBLISH`` is off
+    (``jobs.broker.bulk_publish``: Celery's messages and ``task-sent`` events, at the broker's
+    speed; on RabbitMQ one chunk's confirms are awaited while the next is made), every other run one
+    by one. ``schedule_of`` (a beat's: each job's schedule): each run's message starts a trace of
+    its own and carries its job's Crons check-in, as stock beat's (``jobs.observers``)."""
     if get_conf().bulk_publish:
         with (
             current_app.producer_or_acquire(producer) as acquired,

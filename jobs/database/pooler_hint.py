@@ -26,8 +26,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from jobs import process_state
-from jobs.process_state import ProcessState
+from jobs.process import process_state
+from jobs.process.process_state import ProcessState
 
 log = logging.getLogger(__name__)
 
