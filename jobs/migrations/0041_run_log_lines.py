@@ -5,7 +5,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from jobs.postgres_only import run_sql
+from jobs.database.postgres_only import run_sql
 
 CASCADE_IN_THE_DATABASE = """
 ALTER TABLE jobs_runlogline ADD CONSTRAINT jobs_runlogline_run_cascade
