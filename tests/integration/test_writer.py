@@ -128,8 +128,16 @@ def test_a_failed_write_is_logged_and_the_run_goes_on(
     gone = run.pk
     run.delete()  # the run disappears under its own log: the lines cannot be stored
     conf = RunLogConf(max_lines=100, flush_seconds=3600)
-    with capturing(gone, conf=conf, writer=writers()):
-        log.info("a line of a run that is no more")
+    # Read from the writer's own logger, whatever an earlier test left of the root logger's
+    # handlers and level (a Celery worker started in this process sets them up its own way).
+    writer_log = logging.getLogger("jobs.runlog.writer")
+    writer_log.addHandler(caplog.handler)
+    try:
+        with capturing(gone, conf=conf, writer=writers()) as lines:
+            log.warning("a line of a run that is no more")
+    finally:
+        writer_log.removeHandler(caplog.handler)
+    assert lines is not None and lines.count == 1
     assert not RunLogLine.objects.filter(run_id=gone).exists()
     assert any(
         getattr(record, "action", None) == "run_log_not_written" for record in caplog.records
