@@ -196,6 +196,7 @@ def _run_through_a_failover(cluster: Cluster, nodes: SentinelSet, tmp_path: Path
             f"run {run.pk} ({run.job.name}) published {run.dispatched_at - run.scheduled_for} "
             "after its slot: the beats did not publish to the new primary"
         )
+    assert nodes.linked_to_master(nodes.primary_port), "the killed node is not a replica again"
     for name in (*BEATS, *WORKERS):
         assert cluster.processes[name].poll() is None, f"{name} exited:\n{cluster.log_of(name)}"
 
@@ -208,7 +209,9 @@ def _run_through_a_failover(cluster: Cluster, nodes: SentinelSet, tmp_path: Path
     assert lost.count() >= BURST // 2, "the workers had taken most of the burst before the kill"
     for run in lost:
         assert run.status == RunStatus.SUCCEEDED and executions[run.pk] == 1, run.pk
-        assert run.dispatched_at > run.scheduled_for + LATE, f"run {run.pk} not re-published"
+        assert run.dispatched_at is not None and run.dispatched_at > run.scheduled_for + LATE, (
+            f"run {run.pk} not re-published"
+        )
     republished = _republished(cluster)
     lateness = max(
         (run.started_at - run.scheduled_for).total_seconds()

@@ -107,7 +107,7 @@ class SentinelSet:
                 answer = self._ask(port, "SENTINEL", "get-master-addr-by-name", MASTER_NAME)
             except redis.RedisError:
                 return None
-            seen.add(int(answer[1]) if isinstance(answer, list | tuple) else None)  # type: ignore[index]
+            seen.add(int(answer[1]) if isinstance(answer, list | tuple) else None)
         return seen.pop() if len(seen) == 1 else None
 
     def ready(self) -> bool:
@@ -173,6 +173,17 @@ class SentinelSet:
         old = self.primary_port
         assert self.nodes[old] is None
         self._start_node(old, "--replicaof", "127.0.0.1", str(of_port))
+
+    def linked_to_master(self, port: int) -> bool:
+        """Whether the node on ``port`` is a replica whose link to its master is up."""
+        client = self.client_of(port)
+        try:
+            info = client.info("replication")
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+        return info.get("role") == "slave" and info.get("master_link_status") == "up"
 
     @property
     def url(self) -> str:
