@@ -4,9 +4,12 @@ A Redis primary, one replica and three sentinels of the test's own (quorum 2, th
 after 1 s without an answer), on free loopback ports; two beats and two workers on the
 sentinels' URL (``sentinel://…;sentinel://…;sentinel://…`` with
 ``JOBS_BROKER_SENTINEL_MASTER``). Jobs due every 1 and 2 s, and two bursts of 150 slots due at
-once (the bulk path, ``dispatch.BURST_OVER``): one before the kill, one after the failover. The
-primary is killed (SIGKILL) mid-run; the sentinels promote the replica; the killed node comes
-back as a replica of the new primary; the cluster goes on for several more slots.
+once (the bulk path, ``dispatch.BURST_OVER``): one before the kill, one after the failover.
+Just before the first burst the replica is frozen and its link closed on the primary, so what
+the primary acknowledges from then on is certain to be lost with it; once a beat has published
+the burst, the primary is killed (SIGKILL), the replica resumed and promoted by the sentinels,
+and the killed node comes back as a replica of the new primary; the cluster goes on for several
+more slots.
 
 Replication is asynchronous: what the old primary acknowledged and had not yet sent to its
 replica is gone with it (messages of runs recorded in the database). Maintenance re-publishes
