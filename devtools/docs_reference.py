@@ -49,7 +49,7 @@ MEANINGS: Mapping[str, tuple[str, str]] = {
         "embedded, under `make run` / `make test`",
     ),
     "CELERY_BROKER_URL": (
-        "`redis://…` or `amqp://…`",
+        "`redis://…`, `amqp://…` or `sentinel://…;sentinel://…`",
         "embedded Redis, under `make run` / `make test`",
     ),
     "DJANGO_SECRET_KEY": ("required unless `DJANGO_DEBUG=1`, at least 50 characters", ""),
@@ -113,6 +113,15 @@ MEANINGS: Mapping[str, tuple[str, str]] = {
         "",
     ),
     "JOBS_VISIBILITY_TIMEOUT": ("Redis redelivery timeout for unacknowledged messages (s)", ""),
+    "JOBS_BROKER_SENTINEL_MASTER": (
+        "with a `sentinel://…` broker: the master's name in the sentinels' `sentinel monitor` "
+        "(`broker_transport_options[\"master_name\"]`)",
+        "",
+    ),
+    "JOBS_BROKER_SENTINEL_PASSWORD": (
+        "with a `sentinel://…` broker: the sentinels' own password (`sentinel_kwargs`)",
+        "",
+    ),
     "FLOWER_URL": (
         "where the admin links each run's task in Flower; empty: no link",
         "set by `make run` and compose",

@@ -133,7 +133,27 @@ def check_broker(**_kwargs: Any) -> list[Error]:
                 id="jobs.E003",
             )
         ]
-    return []
+    return sentinel_problems(url, current_app.conf.broker_transport_options)
+
+
+def sentinel_problems(url: str, transport_options: Any) -> list[Error]:
+    """A ``sentinel://`` broker needs the name of the master its sentinels monitor: without it
+    kombu refuses every connection, so no beat publishes and no worker consumes."""
+    if url.split("://", 1)[0].lower() != "sentinel":
+        return []
+    options = transport_options if isinstance(transport_options, Mapping) else {}
+    if options.get("master_name"):
+        return []
+    return [
+        Error(
+            "The Celery broker is Redis Sentinel (sentinel://) but no master name is set: every "
+            "connection to it fails.",
+            hint="Set JOBS_BROKER_SENTINEL_MASTER to the name in the sentinels' `sentinel "
+            "monitor <name> ...` line (this repository's project), or "
+            'CELERY_BROKER_TRANSPORT_OPTIONS["master_name"].',
+            id="jobs.E004",
+        )
+    ]
 
 
 # The Python package each broker scheme's kombu transport needs (kombu's extras), by URL scheme.

@@ -205,6 +205,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Redis: one list per priority, all ten (kombu's default steps 0, 3, 6, 9 merge them).
     "priority_steps": list(range(10)),
 }
+# Redis Sentinel (CELERY_BROKER_URL=sentinel://host1:26379;sentinel://host2:26379;...): the name
+# of the master the sentinels monitor, and the sentinels' own password if they require one (the
+# Redis nodes' password goes in the URL as usual). docs/deploy.md, "Redis Sentinel".
+JOBS_BROKER_SENTINEL_MASTER = env.str("JOBS_BROKER_SENTINEL_MASTER", "") or ""
+if JOBS_BROKER_SENTINEL_MASTER:
+    CELERY_BROKER_TRANSPORT_OPTIONS["master_name"] = JOBS_BROKER_SENTINEL_MASTER
+_sentinel_password = env.str("JOBS_BROKER_SENTINEL_PASSWORD", "") or ""
+if _sentinel_password:
+    CELERY_BROKER_TRANSPORT_OPTIONS["sentinel_kwargs"] = {"password": _sentinel_password}
 # A job's priority, 0-9, 9 the most urgent, on both brokers: RabbitMQ queues are declared with
 # x-max-priority (an existing queue declared without it must be deleted first: RabbitMQ refuses a
 # redeclare with other arguments), and jobs.broker.dispatch turns it around for Redis, where 0 is

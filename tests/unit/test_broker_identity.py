@@ -37,3 +37,38 @@ def test_this_process_reports_its_apps_broker(monkeypatch: pytest.MonkeyPatch) -
     assert broker_identity.current() == "amqp://rabbit//"
     app.conf = SimpleNamespace()  # no broker_url at all: unknown, never an error
     assert broker_identity.current() == ""
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "sentinel://:pw@s2:26379/0;sentinel://:pw@s1:26379/0; sentinel://:pw@s3:26380/0",
+            "sentinel://s1:26379,s2:26379,s3:26380/0?master_name=primary",
+        ),
+        # The same sentinels in another order: the same broker.
+        (
+            "sentinel://s3:26380/0;sentinel://s1:26379/0;sentinel://s2:26379/0",
+            "sentinel://s1:26379,s2:26379,s3:26380/0?master_name=primary",
+        ),
+        ("sentinel://s1", "sentinel://s1/?master_name=primary"),
+    ],
+)
+def test_a_sentinel_url_names_every_sentinel_and_the_master(url: str, shown: str) -> None:
+    assert redacted(url, "primary") == shown
+
+
+def test_two_masters_behind_the_same_sentinels_are_two_brokers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = "sentinel://:pw@s1:26379/0;sentinel://s2:26379/0"
+    app = SimpleNamespace(
+        conf=SimpleNamespace(broker_url=url, broker_transport_options={"master_name": "a"})
+    )
+    monkeypatch.setattr(broker_identity, "current_app", app)
+    first = broker_identity.current()
+    app.conf.broker_transport_options = {"master_name": "b", "visibility_timeout": 10}
+    assert first == "sentinel://s1:26379,s2:26379/0?master_name=a"
+    assert broker_identity.current() == "sentinel://s1:26379,s2:26379/0?master_name=b"
+    app.conf.broker_transport_options = None  # no master name: still no error
+    assert broker_identity.current() == "sentinel://s1:26379,s2:26379/0?master_name="

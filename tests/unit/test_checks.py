@@ -90,3 +90,19 @@ def test_what_kombu_cannot_make_a_transport_for_is_named() -> None:
         checks.missing_broker_client("nosuch://somewhere")
     )
     assert checks.missing_broker_client("memory://") is None
+
+
+def test_a_sentinel_broker_without_a_master_name_is_an_error_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = "sentinel://127.0.0.1:26379/0;sentinel://127.0.0.1:26380/0"
+    monkeypatch.setitem(current_app.conf, "broker_url", url)
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)  # Celery reads it first
+    monkeypatch.setitem(current_app.conf, "broker_transport_options", {"visibility_timeout": 9})
+    (error,) = checks.check_broker()
+    assert error.id == "jobs.E004" and "JOBS_BROKER_SENTINEL_MASTER" in str(error.hint)
+    monkeypatch.setitem(current_app.conf, "broker_transport_options", {"master_name": "main"})
+    assert checks.check_broker() == []
+    # Other brokers need none.
+    assert checks.sentinel_problems("redis://127.0.0.1:6379/0", {}) == []
+    assert checks.sentinel_problems("SENTINEL://h:26379", None)[0].id == "jobs.E004"

@@ -204,3 +204,18 @@ def test_a_bad_pool_size_or_timeout_is_named() -> None:
         result = _manage(_production(**{"DATABASE_POOL_MAX_SIZE": "2", variable: value}), "check")
         assert result.returncode == 2
         assert result.stderr.strip().splitlines() == [f"configuration error: {message}"]
+
+
+def test_the_sentinel_master_and_password_go_to_the_transport_options() -> None:
+    options = "sorted(settings.CELERY_BROKER_TRANSPORT_OPTIONS.items())"
+    env = _production(
+        CELERY_BROKER_URL="sentinel://127.0.0.1:26379/0;sentinel://127.0.0.1:26380/0",
+        JOBS_BROKER_SENTINEL_MASTER="primary",
+        JOBS_BROKER_SENTINEL_PASSWORD="sentinels-only",
+    )
+    shown = _setting(env, options)
+    assert "('master_name', 'primary')" in shown
+    assert "('sentinel_kwargs', {'password': 'sentinels-only'})" in shown
+    # Unset: kombu's defaults, nothing added.
+    plain = _setting(_production(), options)
+    assert "master_name" not in plain and "sentinel_kwargs" not in plain
