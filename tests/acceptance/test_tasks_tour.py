@@ -29,6 +29,7 @@ pytest.importorskip("django.tasks")
 import psycopg
 import redis
 from django.conf import settings
+from psycopg.conninfo import make_conninfo
 
 from tests.acceptance.conftest import ROOT, wait_for
 from tests.support.wheel import build_wheel
@@ -96,14 +97,14 @@ def libpq_env() -> dict[str, str]:
 def database() -> Iterator[str]:
     """The page's ``createdb mysite``, under a name of the test's own; dropped after."""
     name = f"jobs_tasks_tour_{uuid.uuid4().hex[:8]}"
-    pg = {k.removeprefix("PG").lower(): v for k, v in libpq_env().items()}
-    pg = {("dbname" if k == "database" else k): v for k, v in pg.items()}
-    with psycopg.connect(dbname="postgres", autocommit=True, **pg) as admin:
+    server = {key.removeprefix("PG").lower(): value for key, value in libpq_env().items()}
+    conninfo = make_conninfo(dbname="postgres", **server)
+    with psycopg.connect(conninfo, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
         yield name
     finally:
-        with psycopg.connect(dbname="postgres", autocommit=True, **pg) as admin:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
