@@ -115,7 +115,7 @@ MEANINGS: Mapping[str, tuple[str, str]] = {
     "JOBS_VISIBILITY_TIMEOUT": ("Redis redelivery timeout for unacknowledged messages (s)", ""),
     "JOBS_BROKER_SENTINEL_MASTER": (
         "with a `sentinel://…` broker: the master's name in the sentinels' `sentinel monitor` "
-        "(`broker_transport_options[\"master_name\"]`)",
+        '(`broker_transport_options["master_name"]`)',
         "",
     ),
     "JOBS_BROKER_SENTINEL_PASSWORD": (

@@ -31,8 +31,8 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from bench.beat_bench import create_jobs
-from jobs import messages
-from jobs.dispatch import BURST_OVER
+from jobs.broker import messages
+from jobs.broker.dispatch import BURST_OVER
 from jobs.models import Job, JobRun, RunStatus
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.support.redis_sentinel import MASTER_NAME, SentinelSet, sentinel_set
