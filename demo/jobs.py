@@ -23,15 +23,22 @@ def slow(ctx: JobContext, seconds: float = 30.0) -> str:
     """Works longer than its interval, checking ctx.stopping so it can hand over cleanly: the
     slot after each run's start finds the lease held and is recorded ``skipped`` (overlap skip)."""
     deadline = time.monotonic() + seconds
+    log.info("starting %.0f s of work", seconds)
+    ticks = 0
     while time.monotonic() < deadline:
         if ctx.stopping.wait(0.5):
+            log.warning("asked to stop: handing over")
             return "stopped early"
+        ticks += 1
+        if ticks % 10 == 0:  # every 5 s: its run's own log shows how far it got
+            print(f"working: {deadline - time.monotonic():.0f} s left")
     return f"worked {seconds:.0f}s"
 
 
 @job("demo.failing", every="30s")
 def failing(ctx: JobContext) -> None:
-    """Always raises, so the admin shows what a failure looks like."""
+    """Always raises, so the admin shows what a failure looks like (and what it logged first)."""
+    log.info("checking the demo's upstream for slot %s", ctx.scheduled_for.isoformat())
     raise RuntimeError(f"demo failure for slot {ctx.scheduled_for.isoformat()}")
 
 

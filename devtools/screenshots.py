@@ -3,8 +3,9 @@ every admin page must fit) with Debian's Chromium from a running platform (``mak
 
     python -m devtools.screenshots http://127.0.0.1:8000 admin PASSWORD [JOB]
 
-The job list, the page of ``JOB`` (default ``demo.slow``: a lease, recent runs of every kind) and
-the blackout list; each page as it scrolls, whole.
+The job list, the page of ``JOB`` (default ``demo.slow``: a lease, recent runs of every kind, its
+next slots, its duration chart), the page of its latest finished run (its own log) and the
+blackout list; each page as it scrolls, whole.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         _shoot(page, "admin-job-list.png")
         page.get_by_role("link", name=re.compile(f"^{re.escape(args.job)}$")).first.click()
         _shoot(page, "admin-job-page.png")
+        finished = page.locator("tr", has_text=re.compile("succeeded|failed")).locator(
+            "a[href*='/admin/jobs/jobrun/']"
+        )
+        finished.first.click()
+        page.wait_for_selector("#run-log")
+        _shoot(page, "admin-run-page.png")
         page.goto("/admin/jobs/blackout/")
         _shoot(page, "admin-blackout-list.png")
         browser.close()
