@@ -31,7 +31,7 @@ def slow(ctx: JobContext, seconds: float = 30.0) -> str:
             return "stopped early"
         ticks += 1
         if ticks % 10 == 0:  # every 5 s: its run's own log shows how far it got
-            print(f"working: {deadline - time.monotonic():.0f} s left")
+            print(f"working: {max(deadline - time.monotonic(), 0):.0f} s left")
     return f"worked {seconds:.0f}s"
 
 

@@ -66,7 +66,18 @@ class Fate:
     def local_words(self) -> str:
         """The slot on the job's wall clock, for people: ``2027-03-28 03:00 CEST``."""
         local = self.local
-        return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+        return f"{_clock_words(local)} {local.tzname()}"
+
+    @property
+    def utc_words(self) -> str:
+        """The slot in UTC, for people: ``2027-03-28 01:00`` (``01:00:20``: seconds when any)."""
+        return _clock_words(self.slot.astimezone(UTC))
+
+
+def _clock_words(moment: datetime) -> str:
+    # Seconds only when a slot has some (an interval of 20 s): minutes alone would print three
+    # slots of one minute alike.
+    return f"{moment:%Y-%m-%d %H:%M}" if not moment.second else f"{moment:%Y-%m-%d %H:%M:%S}"
 
 
 def schedule_to_preview(job: Job) -> Schedule:

@@ -382,6 +382,18 @@ def test_the_job_page_lists_the_next_slots_and_their_fates(
     )
 
 
+def test_slots_within_a_minute_read_apart(make_job: Callable[..., Job]) -> None:
+    """An interval of 20 s: each slot's words carry its seconds (the job page once printed
+    three slots of a minute alike); whole minutes stay without them."""
+    since = datetime(2027, 1, 4, 7, 0, 5, tzinfo=UTC)
+    every = make_job("often", schedule=Every(20, anchor=datetime(2027, 1, 4, tzinfo=UTC)))
+    fates = slot_fates.upcoming(every, since=since, count=3)
+    assert [fate.utc_words for fate in fates] == [
+        "2027-01-04 07:00:20", "2027-01-04 07:00:40", "2027-01-04 07:01",
+    ]  # fmt: skip
+    assert len({fate.local_words for fate in fates}) == 3
+
+
 def test_the_admin_backfill_page_lists_the_slots_before_its_confirm_button(
     make_job: Callable[..., Job], admin_client: Client
 ) -> None:
