@@ -85,6 +85,12 @@ def schedule_to_preview(job: Job) -> Schedule:
     ``schedule`` when it has none or it cannot be read."""
     if job.kind == JobKind.CONTINUOUS:
         raise NotTriggerable(f"{job.name!r} is a continuous job: it has no slots")
+    return readable_schedule(job)
+
+
+def readable_schedule(job: Job) -> Schedule:
+    """The schedule the beats fire ``job`` by; ``ValidationError`` on ``schedule`` when it has
+    none or it cannot be read."""
     try:
         schedule = schedule_of(job.periodic_task)
     except ValueError as exc:

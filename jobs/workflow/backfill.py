@@ -18,8 +18,7 @@ from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from jobs.beat.entries import schedule_of
-from jobs.beat.slot_fates import Fate
+from jobs.beat.slot_fates import Fate, readable_schedule
 from jobs.broker.dispatch import publish_many
 from jobs.exceptions import NotTriggerable
 from jobs.guard import after_finish
@@ -80,12 +79,7 @@ def plan(
             {"until": [f"Must not be in the future (now is {now.isoformat(timespec='seconds')}): "
                        "the beats make the slots to come."]}
         )  # fmt: skip
-    try:
-        schedule = schedule_of(job.periodic_task)
-    except ValueError as exc:
-        raise ValidationError({"schedule": [str(exc)]}) from None
-    if schedule is None:
-        raise ValidationError({"schedule": ["The job has no schedule."]})
+    schedule = readable_schedule(job)
     on_record = set(
         JobRun.objects.filter(
             job=job, trigger__in=SLOT_TRIGGERS, scheduled_for__gte=since, scheduled_for__lte=until
