@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from celery import current_app
 from django.db import DatabaseError, connection
+from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
 
 from jobs.beat import switch_report
@@ -32,7 +33,7 @@ from jobs.conf import get_ops_conf
 from jobs.continuous.nodes import Liveness, with_liveness
 from jobs.database import pooler_hint
 from jobs.database.database_clock import age_of
-from jobs.models import BeatHeartbeat, ConfigurationProblem, Node, ScheduleError
+from jobs.models import BeatHeartbeat, ConfigurationProblem, Job, Node, ScheduleError
 from jobs.web import access
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,35 @@ def check_schedules() -> Check:
     }
 
 
+def check_queues() -> Check:
+    """Queues that enabled jobs publish to and no live worker consumes: their runs wait until
+    they miss their start deadline (a worker started without ``-Q`` consumes only Celery's
+    default queue; a Django task's is ``default``). Known from what each node records it
+    consumes. While no worker is live the nodes check fails already; this one names queues
+    only beside live workers, and never fails the probe: a queue kept for workers started on
+    demand is not a broken cluster."""
+    live = with_liveness(Node.objects.all()).filter(liveness=Liveness.ALIVE)
+    consumed = {
+        queue
+        for queues in live.values_list("queues", flat=True)
+        if isinstance(queues, list)  # a row written around the worker's heartbeat
+        for queue in queues
+        if isinstance(queue, str)
+    }
+    if not consumed:
+        return {"ok": True, "unconsumed": 0, "queues": []}
+    waiting = (
+        Job.objects.filter(enabled=True)
+        .exclude(queue__in=consumed)
+        .values("queue")
+        .annotate(jobs=Count("pk"))
+        .order_by("queue")
+    )
+    listed = [{"queue": row["queue"], "jobs": row["jobs"]} for row in waiting[:LISTED]]
+    count = len(listed) if len(listed) < LISTED else waiting.count()
+    return {"ok": True, "unconsumed": count, "queues": listed}
+
+
 # A problem row older than this is past (the processes that met it stopped meeting it).
 PROBLEM_FRESH_SECONDS = 600
 
@@ -195,7 +225,7 @@ def check_configuration() -> Check:
     return {"ok": not problems, "problems": problems}
 
 
-_READ_FROM_DATABASE = ("beats", "nodes", "schedules", "configuration")
+_READ_FROM_DATABASE = ("beats", "nodes", "schedules", "queues", "configuration")
 
 
 def _report(checks: dict[str, Callable[[], Check]]) -> JsonResponse:
@@ -251,6 +281,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
             "beats": check_beats,
             "nodes": check_nodes,
             "schedules": check_schedules,
+            "queues": check_queues,
             "configuration": check_configuration,
         }
     )

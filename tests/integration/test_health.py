@@ -16,7 +16,7 @@ from jobs.audit import Actor
 from jobs.beat import heartbeat
 from jobs.broker import broker_identity
 from jobs.conf import get_ops_conf
-from jobs.models import BeatHeartbeat, Node, NodeState
+from jobs.models import BeatHeartbeat, Job, Node, NodeState
 from jobs.web import health, tokens
 
 pytestmark = pytest.mark.django_db
@@ -75,6 +75,28 @@ def test_healthz_is_200_with_a_live_beat_and_node(insider: Client) -> None:
     assert [beat["name"] for beat in checks["beats"]["beats"]] == [recorder.name]
     assert [node["name"] for node in checks["nodes"]["nodes"]] == ["w1@h"]
     assert checks["nodes"]["live"] == 1
+
+
+def test_healthz_names_the_queues_no_live_worker_consumes(insider: Client) -> None:
+    """A Django task's ``default`` queue with workers started without ``-Q`` (they consume
+    ``celery`` only): its runs would wait for ever. Named, without failing the probe."""
+    _beat()
+    node = _node("w1@h")
+    Node.objects.filter(pk=node.pk).update(queues=["celery", "reports"])
+    _node("w2@h", age=timedelta(minutes=10))  # a dead worker's queues count for nothing
+    Node.objects.filter(name="w2@h").update(queues=["default"])
+    for name, queue in (("a", "default"), ("b", "default"), ("c", "reports"), ("d", "spare")):
+        Job.objects.create(name=name, task="tests.record", queue=queue)
+    Job.objects.filter(name="d").update(enabled=False)  # paused: nothing waits
+
+    response = insider.get("/healthz")
+
+    assert response.status_code == 200, response.json()
+    queues = response.json()["checks"]["queues"]
+    assert queues["ok"] and queues["unconsumed"] == 1
+    assert queues["queues"] == [{"queue": "default", "jobs": 2}]
+    Node.objects.filter(pk=node.pk).update(queues="not a list")  # written around the worker
+    assert insider.get("/healthz").json()["checks"]["queues"]["queues"] == []
 
 
 def test_a_beat_that_stopped_heartbeating_goes_stale(insider: Client) -> None:
