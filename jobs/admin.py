@@ -51,7 +51,7 @@ from django_celery_beat.models import (
 from jobs import services
 from jobs.audit import JOB_FIELDS, Actor
 from jobs.beat import schedule_errors, slot_fates, switch_report
-from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.continuous.nodes import Liveness, unconsumed_queues, with_liveness
 from jobs.database.database_clock import database_now
 from jobs.database.large_tables import EstimatedCountPaginator
 from jobs.exceptions import NotTriggerable
@@ -84,6 +84,9 @@ from jobs.registry import POLICY_FIELDS
 from jobs.runlog import reading
 from jobs.values import serializers, text, timestamps
 from jobs.web import duration_chart, tokens
+
+# The job list names at most this many queues no live worker consumes (/healthz lists them).
+LISTED_QUEUES = 5
 
 for _beat_model in (
     PeriodicTask,
@@ -394,6 +397,13 @@ class JobAdmin(admin.ModelAdmin):
                     request,
                     f"{line.source} {line.name!r} ({line.task}) is not adopted and does not "
                     f"run: {line.reason}",
+                )
+            for queue, jobs in unconsumed_queues()[:LISTED_QUEUES]:
+                messages.warning(
+                    request,
+                    f"{jobs} enabled job(s) publish to queue {queue!r}, which no live worker "
+                    "consumes: their runs wait until they miss their start deadline (start a "
+                    f"worker with -Q {queue}).",
                 )
         return super().changelist_view(request, extra_context)
 

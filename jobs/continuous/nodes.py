@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict
 
 from django.db import DatabaseError, connection, models
-from django.db.models import Case, ExpressionWrapper, F, Func, Q, QuerySet, Value, When
+from django.db.models import Case, Count, ExpressionWrapper, F, Func, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
 from jobs.broker import broker_identity
-from jobs.models import Node, NodeState
+from jobs.models import Job, Node, NodeState
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -148,6 +148,30 @@ def with_liveness(
             output_field=models.CharField(),
         )
     )
+
+
+def unconsumed_queues() -> list[tuple[str, int]]:
+    """Each queue of enabled jobs that no live node consumes, with how many jobs publish to it,
+    by name; none while no node is live (nothing is consumed then, and the nodes'
+    own check says so). Known from the queues each node records at its heartbeat."""
+    live = with_liveness(Node.objects.all()).filter(liveness=Liveness.ALIVE)
+    consumed = {
+        queue
+        for queues in live.values_list("queues", flat=True)
+        if isinstance(queues, list)  # a row written around the worker's heartbeat
+        for queue in queues
+        if isinstance(queue, str)
+    }
+    if not consumed:
+        return []
+    waiting = (
+        Job.objects.filter(enabled=True)
+        .exclude(queue__in=consumed)
+        .values_list("queue")
+        .annotate(jobs=Count("pk"))
+        .order_by("queue")
+    )
+    return [(queue, jobs) for queue, jobs in waiting]
 
 
 def state_of(node: Node, now: datetime) -> Liveness:

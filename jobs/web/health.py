@@ -25,15 +25,14 @@ from typing import Any, TypeVar
 
 from celery import current_app
 from django.db import DatabaseError, connection
-from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
 
 from jobs.beat import switch_report
 from jobs.conf import get_ops_conf
-from jobs.continuous.nodes import Liveness, with_liveness
+from jobs.continuous.nodes import Liveness, unconsumed_queues, with_liveness
 from jobs.database import pooler_hint
 from jobs.database.database_clock import age_of
-from jobs.models import BeatHeartbeat, ConfigurationProblem, Job, Node, ScheduleError
+from jobs.models import BeatHeartbeat, ConfigurationProblem, Node, ScheduleError
 from jobs.web import access
 
 log = logging.getLogger(__name__)
@@ -144,32 +143,14 @@ def check_schedules() -> Check:
 
 
 def check_queues() -> Check:
-    """Queues that enabled jobs publish to and no live worker consumes: their runs wait until
-    they miss their start deadline (a worker started without ``-Q`` consumes only Celery's
-    default queue; a Django task's is ``default``). Known from what each node records it
-    consumes. While no worker is live the nodes check fails already; this one names queues
-    only beside live workers, and never fails the probe: a queue kept for workers started on
-    demand is not a broken cluster."""
-    live = with_liveness(Node.objects.all()).filter(liveness=Liveness.ALIVE)
-    consumed = {
-        queue
-        for queues in live.values_list("queues", flat=True)
-        if isinstance(queues, list)  # a row written around the worker's heartbeat
-        for queue in queues
-        if isinstance(queue, str)
-    }
-    if not consumed:
-        return {"ok": True, "unconsumed": 0, "queues": []}
-    waiting = (
-        Job.objects.filter(enabled=True)
-        .exclude(queue__in=consumed)
-        .values("queue")
-        .annotate(jobs=Count("pk"))
-        .order_by("queue")
-    )
-    listed = [{"queue": row["queue"], "jobs": row["jobs"]} for row in waiting[:LISTED]]
-    count = len(listed) if len(listed) < LISTED else waiting.count()
-    return {"ok": True, "unconsumed": count, "queues": listed}
+    """Queues that enabled jobs publish to and no live worker consumes
+    (``nodes.unconsumed_queues``): their runs wait until they miss their start deadline (a
+    worker started without ``-Q`` consumes only Celery's default queue; a Django task's is
+    ``default``). Never fails the probe: a queue kept for workers started on demand is not a
+    broken cluster."""
+    waiting = unconsumed_queues()
+    listed = [{"queue": queue, "jobs": jobs} for queue, jobs in waiting[:LISTED]]
+    return {"ok": True, "unconsumed": len(waiting), "queues": listed}
 
 
 # A problem row older than this is past (the processes that met it stopped meeting it).

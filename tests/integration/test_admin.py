@@ -1027,3 +1027,16 @@ def test_the_duration_settings_are_saved_from_the_job_page(admin_client):
     job_ = Job.objects.get(name="report")
     assert (job_.max_duration, job_.long_run_factor, job_.min_duration) == (600, 2.5, 5)
     assert job_.baseline_alerts is False
+
+
+def test_the_job_list_names_a_queue_no_live_worker_consumes(admin_client):
+    now = timezone.now()
+    Node.objects.create(
+        name="w1@h", host="h", pid=1, started_at=now, last_heartbeat=now, queues=["celery"]
+    )
+    new_job("mailer", "tests.record", Every(60), kwargs={"log": "-"}, queue="default")
+    page = admin_client.get("/admin/jobs/job/").text
+    assert "1 enabled job(s) publish to queue &#x27;default&#x27;, which no live worker" in page
+    assert "start a worker with -Q default" in page
+    Node.objects.filter(name="w1@h").update(queues=["celery", "default"])
+    assert "which no live worker" not in admin_client.get("/admin/jobs/job/").text
